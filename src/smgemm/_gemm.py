@@ -1,0 +1,243 @@
+"""Validate a GEMM call, plan it, launch the kernel.
+
+`gemm` is the one entry point every public op goes through:
+
+    out = alpha * (scale_a * scale_b * (a @ b)) + beta * c
+
+with `c` anything broadcastable to (M, N) (a bias along N, a full matrix, ...), per-row `scale_a` and per-column
+`scale_b` (fp8 only). All argument checks happen here, before any launch, and name the offending argument.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._device import device_spec, interpreter_active, tf32_enabled
+from .plan import INPUT_DTYPES, OUTPUT_DTYPES, SCHEDULES, Plan, TileConfig, make_plan
+
+_INT32_MAX = 2**31 - 1
+_FP8 = torch.float8_e4m3fn
+
+
+def _empty(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Every output smgemm allocates comes from here (tests poison it with NaN to catch unwritten tiles)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _check_tensor(name: str, t: object) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def _max_offset(t: torch.Tensor) -> int:
+    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    start = t.data_ptr()
+    return start, start + (_max_offset(t) + 1) * t.element_size()
+
+
+def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether the memory x and y may touch overlaps (conservative: compares address ranges)."""
+    if x.numel() == 0 or y.numel() == 0:
+        return False
+    (x0, x1), (y0, y1) = _byte_span(x), _byte_span(y)
+    return x0 < y1 and y0 < x1
+
+
+def _has_internal_overlap(t: torch.Tensor) -> bool:
+    """True when two elements of `t` may share memory (e.g. an expanded view)."""
+    reach = 0
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1):
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
+def _check_device(name: str, t: torch.Tensor, device: torch.device) -> None:
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but a is on {device}: all tensors must be on one device")
+
+
+def _scale_stride(name: str, scale: torch.Tensor | None, length: int, device: torch.device, axis: str) -> int:
+    """Validate an fp8 scale (one value, or one per row of a / column of b) and return its stride along it."""
+    if scale is None:
+        return 0
+    _check_tensor(name, scale)
+    _check_device(name, scale, device)
+    if scale.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {scale.dtype}")
+    if scale.numel() == 1:
+        return 0
+    expected = (length, 1) if axis == "row" else (1, length)
+    if tuple(scale.shape) not in (expected, (length,)):
+        raise ValueError(
+            f"{name} must hold one value (per-tensor) or have shape {expected} (one per {axis}), "
+            f"got {tuple(scale.shape)}"
+        )
+    return scale.stride(0) if scale.dim() == 1 else scale.stride(0 if axis == "row" else 1)
+
+
+def resolve_out_dtype(in_dtype: torch.dtype, out_dtype: torch.dtype | None) -> torch.dtype:
+    if out_dtype is None:
+        return torch.bfloat16 if in_dtype == _FP8 else in_dtype
+    if out_dtype not in OUTPUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {OUTPUT_DTYPES}, got {out_dtype}")
+    return out_dtype
+
+
+def gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    c: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    scale_a: torch.Tensor | None = None,
+    scale_b: torch.Tensor | None = None,
+    schedule: str = "auto",
+    num_sms: int | None = None,
+    config: TileConfig | None = None,
+    smid_out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """alpha * (scale_a * scale_b * (a @ b)) + beta * c, written to `out` (allocated when None).
+
+    `config` forces a tile configuration (tests, tuning); `smid_out` (int32, at least grid-size elements) receives
+    the SM id each program ran on (GPU only).
+    """
+    _check_tensor("a", a)
+    _check_tensor("b", b)
+    if a.dim() != 2:
+        raise ValueError(f"a must be 2-D (M, K), got shape {tuple(a.shape)}")
+    if b.dim() != 2:
+        raise ValueError(f"b must be 2-D (K, N), got shape {tuple(b.shape)}")
+    (m, k), (kb, n) = a.shape, b.shape
+    if k != kb:
+        raise ValueError(f"a.shape[1] (K={k}) must equal b.shape[0] (got {kb}): a is {tuple(a.shape)}, "
+                         f"b is {tuple(b.shape)}")
+    if a.dtype not in INPUT_DTYPES:
+        raise TypeError(f"a has unsupported dtype {a.dtype}; supported: {INPUT_DTYPES}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
+    device = a.device
+    _check_device("b", b, device)
+    if device.type != "cuda" and not (device.type == "cpu" and interpreter_active()):
+        raise ValueError(
+            f"a is on {device}: smgemm runs on CUDA tensors (CPU tensors only under the Triton interpreter, "
+            "TRITON_INTERPRET=1 set before triton is imported)"
+        )
+    if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
+        raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    out_dtype = resolve_out_dtype(a.dtype, out_dtype)
+
+    if (scale_a is not None or scale_b is not None) and a.dtype != _FP8:
+        raise ValueError(f"scale_a / scale_b apply to float8_e4m3fn inputs only, got {a.dtype}")
+    stride_sa = _scale_stride("scale_a", scale_a, m, device, "row")
+    stride_sb = _scale_stride("scale_b", scale_b, n, device, "column")
+
+    has_c = c is not None and beta != 0
+    if c is not None:
+        _check_tensor("input", c)
+        _check_device("input", c, device)
+        if c.dtype not in OUTPUT_DTYPES:
+            raise TypeError(f"input must be one of {OUTPUT_DTYPES}, got {c.dtype}")
+        if c.dim() > 2:
+            raise ValueError(f"input must be broadcastable to (M, N) = ({m}, {n}), got shape {tuple(c.shape)}")
+        try:
+            c = c.expand(m, n)
+        except RuntimeError:
+            raise ValueError(
+                f"input must be broadcastable to (M, N) = ({m}, {n}), got shape {tuple(c.shape)}"
+            ) from None
+
+    if out is None:
+        out = _empty((m, n), out_dtype, device)
+    else:
+        _check_tensor("out", out)
+        _check_device("out", out, device)
+        if tuple(out.shape) != (m, n):
+            raise ValueError(f"out must have shape (M, N) = ({m}, {n}), got {tuple(out.shape)}")
+        if out.dtype != out_dtype:
+            raise TypeError(f"out must have dtype {out_dtype} (the result dtype), got {out.dtype}")
+        if _has_internal_overlap(out):
+            raise ValueError(f"out has overlapping elements (strides {out.stride()}); it must be writable "
+                             "element by element")
+        named = [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)]
+        for name, t in named:
+            if t is not None and _overlaps(out, t):
+                raise ValueError(f"out overlaps {name}'s memory; it must not overwrite an operand")
+        if has_c and _overlaps(out, c) and not (
+            out.data_ptr() == c.data_ptr() and out.stride() == c.stride()
+        ):
+            raise ValueError("out overlaps input without being the same (M, N) view of it; pass out=input "
+                             "for an in-place update")
+
+    if m == 0 or n == 0:
+        return out
+    if k == 0:  # the product is empty: out = beta * input (or zeros)
+        if has_c:
+            out.copy_(c.to(torch.float32) * beta)
+        else:
+            out.zero_()
+        return out
+
+    plan = make_plan(m, n, k, a.dtype, device_spec(device), schedule=schedule, num_sms=num_sms,
+                     tf32=a.dtype == torch.float32 and tf32_enabled(), config=config)
+    tensors = (a, b, out) + ((c,) if has_c else ())
+    use_int64 = any(_max_offset(t) > _INT32_MAX for t in tensors)
+    if smid_out is not None and smid_out.numel() < plan.num_programs:
+        raise ValueError(f"smid_out needs {plan.num_programs} elements, got {smid_out.numel()}")
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            _launch(plan, a, b, out, c if has_c else None, scale_a, scale_b, stride_sa, stride_sb,
+                    alpha, beta, use_int64, smid_out)
+    else:
+        _launch(plan, a, b, out, c if has_c else None, scale_a, scale_b, stride_sa, stride_sb,
+                alpha, beta, use_int64, smid_out)
+    return out
+
+
+def _launch(
+    plan: Plan,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    c: torch.Tensor | None,
+    scale_a: torch.Tensor | None,
+    scale_b: torch.Tensor | None,
+    stride_sa: int,
+    stride_sb: int,
+    alpha: float,
+    beta: float,
+    use_int64: bool,
+    smid_out: torch.Tensor | None,
+) -> None:
+    from .kernels.gemm import gemm_kernel
+
+    cfg = plan.config
+    stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
+    gemm_kernel[(plan.num_programs,)](
+        a, b, out,
+        c if c is not None else out,
+        scale_a if scale_a is not None else out,
+        scale_b if scale_b is not None else out,
+        smid_out if smid_out is not None else out,
+        a.shape[0], b.shape[1], a.shape[1],
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        out.stride(0), out.stride(1), stride_cm, stride_cn, stride_sa, stride_sb,
+        float(alpha), float(beta), plan.num_programs,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        EVEN_K=plan.even_k, HAS_C=c is not None,
+        HAS_SCALE_A=scale_a is not None, HAS_SCALE_B=scale_b is not None,
+        INTERPRETER=a.device.type == "cpu",
+        INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
+        RECORD_SMID=smid_out is not None,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )

@@ -1,0 +1,250 @@
+"""`python -m smgemm bench`: smgemm against torch on the same inputs, side by side in one run.
+
+On a GPU it prints TFLOP/s tables (full chip vs `torch.matmul`; SM-budgeted vs cuBLASLt limited to the same SM
+count through torch's SM carve-out) and the host overhead of a cached call. Without a GPU it runs small
+problems through the Triton interpreter, checks them against float64 and says that it did so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+
+import torch
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn}
+
+# Llama-3 8B / 70B projection (N, K): qkv, o, gate+up, down.
+LLAMA_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192), (8192, 8192),
+            (57344, 8192), (8192, 28672)]
+SUITES = {
+    "quick": [(4096, 4096, 4096), (8192, 8192, 8192), (16, 4096, 4096), (128, 14336, 4096)],
+    "square": [(s, s, s) for s in (1024, 2048, 4096, 8192)],
+    "llm": [(m, n, k) for m in (16, 128, 1024, 4096, 8192) for n, k in LLAMA_NK],
+}
+BUDGET_SHAPES = [(8192, 8192, 8192), (4096, 14336, 4096)]
+
+
+def _progress(items: list, desc: str) -> Iterable:
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=desc, leave=False, file=sys.stderr)
+
+
+def _table(rows: list[dict[str, object]]) -> str:
+    if not rows:
+        return "(no rows)"
+    keys = list(rows[0])
+    fmt = [[f"{r[k]:.3g}" if isinstance(r[k], float) else str(r[k]) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(f[i]) for f in fmt)) for i, k in enumerate(keys)]
+    line = "| " + " | ".join(k.ljust(w) for k, w in zip(keys, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = ["| " + " | ".join(c.rjust(w) for c, w in zip(f, widths)) + " |" for f in fmt]
+    return "\n".join([line, sep, *body])
+
+
+def environment() -> str:
+    import triton
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                check=False).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (Triton interpreter)"
+    return (f"GPU: {gpu} | torch {torch.__version__} | triton {triton.__version__} | "
+            f"python {platform.python_version()} | smgemm commit {commit}")
+
+
+def _operands(m: int, n: int, k: int, dtype: torch.dtype, copies: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`copies` independent (a, b) pairs; b is a transposed [N, K] weight, as in nn.Linear."""
+    sets = []
+    for _ in range(copies):
+        a = torch.randn(m, k, device="cuda").to(dtype)
+        b = torch.randn(n, k, device="cuda").to(dtype).t()
+        sets.append((a, b))
+    return sets
+
+
+def _copies_for(m: int, n: int, k: int, dtype: torch.dtype) -> int:
+    """Enough operand sets that rotating through them defeats the 60 MB L2 (about 256 MB in all)."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    return max(1, min(16, math.ceil(256e6 / ((m * k + k * n) * elem))))
+
+
+def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list) -> float:
+    """Median milliseconds of one call, rotating through the operand sets."""
+    from triton.testing import do_bench
+
+    state = {"i": 0}
+
+    def step():
+        a, b = sets[state["i"] % len(sets)]
+        state["i"] += 1
+        fn(a, b)
+
+    return do_bench(step, warmup=25, rep=100, return_mode="median")
+
+
+def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.float(), ref.float()
+    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _torch_mm(dtype: torch.dtype) -> Callable:
+    if dtype == torch.float8_e4m3fn:
+        one = torch.ones((), device="cuda")
+        return lambda a, b: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+    return torch.matmul
+
+
+def _smgemm_mm(**kw) -> Callable:
+    import smgemm
+
+    return lambda a, b: smgemm.matmul(a, b, **kw)
+
+
+def bench_full_chip(shapes: list[tuple[int, int, int]], dtype: torch.dtype) -> list[dict[str, object]]:
+    import smgemm
+    from smgemm._device import device_spec
+
+    spec = device_spec(torch.device("cuda"))
+    rows = []
+    for m, n, k in _progress(shapes, "full chip"):
+        sets = _operands(m, n, k, dtype, _copies_for(m, n, k, dtype))
+        ours, peer = _smgemm_mm(), _torch_mm(dtype)
+        err = _rel_err(ours(*sets[0]), peer(*sets[0]))
+        t_ours, t_peer = _time_rotating(ours, sets), _time_rotating(peer, sets)
+        plan = smgemm.make_plan(m, n, k, dtype, spec)
+        cfg = plan.config
+        flop = 2 * m * n * k
+        rows.append({
+            "M": m, "N": n, "K": k,
+            "smgemm TFLOP/s": flop / t_ours / 1e9, "torch TFLOP/s": flop / t_peer / 1e9,
+            "ratio": t_peer / t_ours,
+            "plan": f"{plan.schedule[:4]} {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} "
+                    f"s{cfg.num_stages}",
+            "rel err": err,
+        })
+        del sets
+    return rows
+
+
+def _with_carveout(sms_off: int, fn: Callable) -> Callable:
+    def run(a, b):
+        torch._C._set_sm_carveout_experimental(sms_off)
+        try:
+            return fn(a, b)
+        finally:
+            torch._C._set_sm_carveout_experimental(None)
+
+    return run
+
+
+def bench_budgets(shapes: list[tuple[int, int, int]], dtype: torch.dtype, budgets: list[int]) -> list[dict]:
+    """smgemm(num_sms=n) vs cuBLASLt (torch.addmm with a bias, which honours the carve-out) on n SMs."""
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for m, n, k in shapes:
+        sets = _operands(m, n, k, dtype, _copies_for(m, n, k, dtype))
+        bias = torch.zeros(n, device="cuda", dtype=dtype)
+        for sms in _progress(budgets, f"budgets {m}x{n}x{k}"):
+            ours = _smgemm_mm(num_sms=sms)
+            peer = _with_carveout(total - sms, lambda a, b, bias=bias: torch.addmm(bias, a, b))
+            err = _rel_err(ours(*sets[0]), peer(*sets[0]))
+            t_ours, t_peer = _time_rotating(ours, sets), _time_rotating(peer, sets)
+            flop = 2 * m * n * k
+            rows.append({
+                "M": m, "N": n, "K": k, "num_sms": sms,
+                "smgemm TFLOP/s": flop / t_ours / 1e9, "cuBLASLt carve-out TFLOP/s": flop / t_peer / 1e9,
+                "ratio": t_peer / t_ours, "rel err": err,
+            })
+        del sets
+    return rows
+
+
+def host_overhead(iters: int = 2000) -> list[dict[str, object]]:
+    """Host microseconds per call of a tiny cached GEMM (launch-bound, no sync inside the loop)."""
+    import smgemm
+
+    a = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(64, device="cuda", dtype=torch.bfloat16)
+    calls = {
+        "smgemm.matmul": lambda: smgemm.matmul(a, b),
+        "smgemm.matmul num_sms=8": lambda: smgemm.matmul(a, b, num_sms=8),
+        "smgemm.addmm (bias)": lambda: smgemm.addmm(bias, a, b),
+        "torch.matmul": lambda: torch.matmul(a, b),
+        "torch.addmm (bias)": lambda: torch.addmm(bias, a, b),
+    }
+    rows = []
+    for name, fn in calls.items():
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        rows.append({"call": name, "host us/call": (t1 - t0) / iters * 1e6})
+    return rows
+
+
+def interpreter_check() -> list[dict[str, object]]:
+    """No GPU: run small GEMMs of every dtype and schedule in the interpreter and compare with float64."""
+    import smgemm
+
+    rows = []
+    for name, dtype in DTYPES.items():
+        for schedule, num_sms in (("data_parallel", None), ("persistent", 3)):
+            m, n, k = 96, 80, 48
+            a = torch.randn(m, k).to(dtype)
+            b = torch.randn(n, k).to(dtype).t()
+            t0 = time.perf_counter()
+            out = smgemm.matmul(a, b, schedule=schedule, num_sms=num_sms)
+            dt = time.perf_counter() - t0
+            ref = a.double() @ b.double()
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            ok = err < (2e-3 if out.dtype == torch.float16 else 8e-3) and not out.isnan().any()
+            rows.append({"dtype": name, "shape": f"{m}x{n}x{k}", "schedule": schedule, "num_sms": num_sms,
+                         "rel err vs float64": err, "ok": ok, "seconds (interpreter)": dt})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m smgemm bench", description=__doc__)
+    p.add_argument("--dtype", default="bf16", help="comma list of " + ",".join(DTYPES))
+    p.add_argument("--suite", default="quick", help="comma list of " + ",".join(SUITES))
+    p.add_argument("--num-sms", default="16,32,66,100", help="budgets for the SM-constrained table ('' skips)")
+    p.add_argument("--no-overhead", action="store_true", help="skip the host-overhead table")
+    args = p.parse_args(argv)
+
+    print(environment())
+    if not torch.cuda.is_available():
+        print("No CUDA GPU: ran small GEMMs through the Triton interpreter (correctness only; times are not "
+              "GPU performance).")
+        rows = interpreter_check()
+        print(_table(rows))
+        return 0 if all(r["ok"] for r in rows) else 1
+
+    shapes = [s for name in args.suite.split(",") for s in SUITES[name]]
+    budgets = [int(x) for x in args.num_sms.split(",") if x]
+    for name in args.dtype.split(","):
+        dtype = DTYPES[name]
+        print(f"\n## {name}: full chip, smgemm.matmul vs {'torch._scaled_mm' if name == 'fp8' else 'torch.matmul'}")
+        print(_table(bench_full_chip(shapes, dtype)))
+        if budgets and name != "fp8":
+            print(f"\n## {name}: SM budget, smgemm.matmul(num_sms=n) vs cuBLASLt with an SM carve-out")
+            print(_table(bench_budgets(BUDGET_SHAPES, dtype, budgets)))
+    if not args.no_overhead:
+        print("\n## host overhead of a cached call (16x64x64 bf16, no sync)")
+        print(_table(host_overhead()))
+    return 0

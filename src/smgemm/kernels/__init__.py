@@ -1,0 +1,1 @@
+"""Triton kernels. `@triton.jit` code lives here and nowhere else."""

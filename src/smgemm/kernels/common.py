@@ -1,0 +1,122 @@
+"""`@triton.jit` building blocks that every smgemm schedule composes.
+
+Naming follows one map: `pid_` program/tile coordinates, `offs_` offsets, `mask_` masks, `p_` pointers,
+`b_` blocks (register tiles). Shapes are noted as `# [BM, BK] @ [BK, BN] -> [BM, BN]`.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """Output-tile coordinates of linear tile `tile_id`, walking GROUP_M tile-rows at a time.
+
+    Consecutive tiles share B columns within a group and A rows across groups, so programs that run at the
+    same time touch a small, L2-resident part of both operands.
+    """
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % num_pid_in_group) % group_size_m
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def smid():
+    """The id of the SM this program runs on (PTX %smid); tests use it to observe the SM budget."""
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def round_to_bf16_rtne(x):
+    """x (fp32) rounded to the nearest bf16 value, ties to even, still as fp32 (bit arithmetic).
+
+    The interpreter's fp32 -> bf16 cast truncates; after this rounding the truncation is exact.
+    """
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def k_loop(
+    a_ptr, b_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    pid_m, pid_n, iter_start, iter_end,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
+):
+    """fp32 accumulator of A[tile rows, k] @ B[k, tile cols] over K-iterations [iter_start, iter_end).
+
+    Rows and columns past M / N are wrapped (`% M`) instead of masked, so the loop's loads need no M/N mask;
+    the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros.
+    INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
+    bf16 -> fp32 is exact, so CPU runs of the same kernel stay trustworthy.
+    """
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    k_first = iter_start * BLOCK_K
+    p_a = a_ptr + offs_m[:, None] * stride_am + (k_first + offs_k)[None, :] * stride_ak
+    p_b = b_ptr + (k_first + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in range(iter_start, iter_end):
+        if EVEN_K:
+            b_a = tl.load(p_a)
+            b_b = tl.load(p_b)
+        else:
+            k_left = K - it * BLOCK_K
+            b_a = tl.load(p_a, mask=offs_k[None, :] < k_left, other=0.0)
+            b_b = tl.load(p_b, mask=offs_k[:, None] < k_left, other=0.0)
+        if INTERPRETER:
+            b_a = b_a.to(tl.float32)
+            b_b = b_b.to(tl.float32)
+        # [BM, BK] @ [BK, BN] -> [BM, BN]
+        acc = tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION)
+        p_a += BLOCK_K * stride_ak
+        p_b += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def epilogue(
+    acc, pid_m, pid_n, M, N,
+    d_ptr, stride_dm, stride_dn,
+    c_ptr, stride_cm, stride_cn,
+    sa_ptr, stride_sa, sb_ptr, stride_sb,
+    alpha, beta,
+    HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_INT64: tl.constexpr, INTERPRETER: tl.constexpr,
+):
+    """D = alpha * (scale_a[m] * scale_b[n] * acc) + beta * C[m, n], computed in fp32, cast to D's dtype.
+
+    C is any (M, N)-broadcastable tensor given by its strides: a bias along N has stride_cm == 0, a full
+    matrix has both strides. C is not read unless HAS_C, so beta == 0 never propagates NaN from C.
+    scale_a is per row (or per tensor with stride 0), scale_b per column (or per tensor).
+    """
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    if HAS_SCALE_A:
+        acc = acc * tl.load(sa_ptr + offs_m * stride_sa, mask=mask_m, other=0.0)[:, None]
+    if HAS_SCALE_B:
+        acc = acc * tl.load(sb_ptr + offs_n * stride_sb, mask=mask_n, other=0.0)[None, :]
+    acc = acc * alpha
+    mask = mask_m[:, None] & mask_n[None, :]
+    if HAS_C:
+        p_c = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        acc += beta * tl.load(p_c, mask=mask, other=0.0).to(tl.float32)
+    if INTERPRETER and d_ptr.dtype.element_ty == tl.bfloat16:
+        acc = round_to_bf16_rtne(acc)  # the GPU's cast rounds to nearest even; the interpreter's truncates
+    p_d = d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn
+    tl.store(p_d, acc.to(d_ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,95 @@
+"""The public GEMM functions, with torch's semantics plus two knobs: `schedule` and `num_sms`.
+
+`num_sms` is the SM budget: None lets the GEMM use every SM of the tensors' device; an int >= 1 (clamped to the
+device's SM count) caps the launch grid, so the GEMM never occupies more SMs than that and the rest of the chip
+stays free for other work. `schedule` is "auto", "data_parallel" or "persistent".
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._gemm import gemm
+
+
+def matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    scale_a: torch.Tensor | None = None,
+    scale_b: torch.Tensor | None = None,
+    schedule: str = "auto",
+    num_sms: int | None = None,
+) -> torch.Tensor:
+    """`a @ b` for a: [M, K] and b: [K, N], any strides (transposed views need no copy).
+
+    dtypes: bf16, fp16, fp32 (TF32 when torch allows it for matmuls) and float8_e4m3fn. The result has the inputs'
+    dtype (bf16 for fp8) unless `out_dtype` says otherwise. For fp8, `scale_a` (one value or [M, 1]) and
+    `scale_b` (one value or [1, N]) dequantize the product as in `torch._scaled_mm`.
+
+    Example::
+
+        c = smgemm.matmul(a, b.t(), num_sms=66)  # uses at most 66 SMs
+    """
+    return gemm(a, b, out=out, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
+                schedule=schedule, num_sms=num_sms)
+
+
+def addmm(
+    input: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    beta: float = 1.0,
+    alpha: float = 1.0,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    scale_a: torch.Tensor | None = None,
+    scale_b: torch.Tensor | None = None,
+    schedule: str = "auto",
+    num_sms: int | None = None,
+) -> torch.Tensor:
+    """`beta * input + alpha * (a @ b)` as `torch.addmm`; `input` broadcasts to [M, N] (e.g. a bias [N]).
+
+    `out=input` updates a [M, N] `input` in place (C = alpha * A @ B + beta * C). With beta == 0 `input` is not
+    read, so NaN in it does not propagate.
+    """
+    return gemm(a, b, c=input, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
+                scale_a=scale_a, scale_b=scale_b, schedule=schedule, num_sms=num_sms)
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    out_dtype: torch.dtype | None = None,
+    scale_a: torch.Tensor | None = None,
+    scale_b: torch.Tensor | None = None,
+    schedule: str = "auto",
+    num_sms: int | None = None,
+) -> torch.Tensor:
+    """`x @ weight.T + bias` as `torch.nn.functional.linear`: x [..., K], weight [N, K], bias [N] -> [..., N].
+
+    For fp8, `scale_a` is one value or one per row of x ([..., 1]) and `scale_b` one value or one per output
+    feature ([N] or [N, 1]).
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        raise ValueError("x must be a tensor of shape [..., K]")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D [N, K], got {getattr(weight, 'shape', type(weight).__name__)}")
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"x.shape[-1] (K={x.shape[-1]}) must equal weight.shape[1] (got {weight.shape[1]})")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)):
+        raise ValueError(f"bias must have shape [N] = [{weight.shape[0]}], got {getattr(bias, 'shape', bias)}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    if scale_a is not None and isinstance(scale_a, torch.Tensor) and scale_a.numel() > 1:
+        scale_a = scale_a.reshape(-1, 1)
+    if scale_b is not None and isinstance(scale_b, torch.Tensor) and scale_b.numel() > 1:
+        scale_b = scale_b.reshape(1, -1)
+    y = gemm(x2, weight.t(), c=bias, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
+             schedule=schedule, num_sms=num_sms)
+    return y.reshape(*lead, weight.shape[0])

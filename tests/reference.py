@@ -1,0 +1,61 @@
+"""float64 references and per-element error bounds justified by the dtypes and K."""
+
+from __future__ import annotations
+
+import torch
+
+# Unit roundoff (half an ulp, relative) of each dtype a result is rounded to.
+_UNIT_ROUNDOFF = {
+    torch.float32: 2.0**-24,
+    torch.float16: 2.0**-11,
+    torch.bfloat16: 2.0**-8,
+}
+
+
+def randn(shape, dtype, device, *, transposed=False, scale=1.0):
+    """Fresh random data in `dtype`; `transposed` returns a transposed view of a contiguous tensor."""
+    if transposed:
+        return randn(tuple(reversed(shape)), dtype, device, scale=scale).t()
+    x = torch.randn(shape, device=device) * scale
+    return x.to(dtype)
+
+
+def assert_gemm_close(out, a, b, *, alpha=1.0, beta=0.0, c=None, scale_a=None, scale_b=None, tf32=False):
+    """Check out == alpha * (sa * sb * a @ b) + beta * c element by element against a float64 reference.
+
+    Bound per element: the fp32 accumulation over K terms (gamma_K = K * u32 times sum |a||b|; with TF32 each
+    operand is first rounded to 11 significant bits, 2 * 2^-11 relative per product), plus rounding the result to
+    out.dtype (u_out * |ref|), plus fp32 rounding in the epilogue. No element may be NaN.
+    """
+    a64, b64 = a.double(), b.double()
+    prod = a64 @ b64
+    absprod = a64.abs() @ b64.abs()
+    if scale_a is not None:
+        sa = scale_a.double().reshape(-1, 1) if scale_a.numel() > 1 else scale_a.double().reshape(())
+        prod, absprod = prod * sa, absprod * sa.abs()
+    if scale_b is not None:
+        sb = scale_b.double().reshape(1, -1) if scale_b.numel() > 1 else scale_b.double().reshape(())
+        prod, absprod = prod * sb, absprod * sb.abs()
+    ref = alpha * prod
+    k = a.shape[1]
+    u32 = 2.0**-24
+    per_product = 2 * 2.0**-11 if tf32 else 0.0
+    bound = abs(alpha) * absprod * (k * u32 * 1.01 + per_product + 4 * u32)
+    if c is not None and beta != 0:
+        c64 = c.double().expand_as(ref)
+        ref = ref + beta * c64
+        bound = bound + 2 * u32 * abs(beta) * c64.abs()
+    bound = bound + _UNIT_ROUNDOFF[out.dtype] * ref.abs() * 1.01 + 1e-30
+    out64 = out.double().cpu()
+    ref, bound = ref.cpu(), bound.cpu()
+    assert not torch.isnan(out64).any(), f"{int(torch.isnan(out64).sum())} NaN elements (unwritten tiles?)"
+    err = (out64 - ref).abs()
+    bad = err > bound
+    if bad.any():
+        i = int(bad.flatten().nonzero()[0])
+        idx = (i // ref.shape[1], i % ref.shape[1])
+        raise AssertionError(
+            f"{int(bad.sum())}/{bad.numel()} elements out of bound; first at {idx}: "
+            f"got {out64[idx].item()}, expected {ref[idx].item()}, bound {bound[idx].item():.3g}; "
+            f"max err/bound {(err / bound).max().item():.3g}"
+        )

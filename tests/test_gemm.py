@@ -1,0 +1,153 @@
+"""Correctness of the GEMM kernels (through the Triton interpreter on CPU, compiled on a GPU)."""
+
+import pytest
+import torch
+
+import smgemm
+from cases import DTYPES, Case, all_cases
+from reference import assert_gemm_close, randn
+from smgemm._gemm import gemm
+from smgemm.plan import TileConfig
+
+SMALL = TileConfig(16, 32, 16, num_warps=4, num_stages=2)  # many tiles and K-iterations on small shapes
+
+
+@pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)
+def test_matmul_matches_float64(case: Case, device):
+    a, b = case.operands(device)
+    out = smgemm.matmul(a, b)
+    assert out.shape == (case.m, case.n)
+    assert out.dtype == (torch.bfloat16 if case.dtype == "fp8" else DTYPES[case.dtype])
+    assert_gemm_close(out, a, b)
+
+
+@pytest.mark.parametrize("schedule", ["data_parallel", "persistent", "auto"])
+@pytest.mark.parametrize("num_sms", [None, 1, 3, 10_000])
+def test_schedules_and_budgets_cover_every_tile(schedule, num_sms, device):
+    # 7 x 5 tiles of 16 x 32 with a K tail: every program runs several tiles when the budget is small.
+    a = randn((100, 70), torch.float16, device)
+    b = randn((70, 130), torch.float16, device, transposed=True)
+    out = torch.full((100, 130), float("nan"), dtype=torch.float16, device=device)
+    gemm(a, b, out=out, schedule=schedule, num_sms=num_sms, config=SMALL)
+    assert_gemm_close(out, a, b)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32", "fp8"])
+def test_small_tiles_all_dtypes(dtype, device):
+    a, b = Case(40, 50, 70, dtype, "tn").operands(device)
+    assert_gemm_close(gemm(a, b, num_sms=3, config=SMALL), a, b)
+
+
+def test_k_loop_even_and_tail(device):
+    for k in (64, 65, 16, 17):
+        a, b = Case(33, 40, k, "fp16", "nt").operands(device)
+        assert_gemm_close(gemm(a, b, config=SMALL), a, b)
+
+
+def test_out_dtype_override(device):
+    a, b = Case(20, 30, 40, "bf16", "nt").operands(device)
+    out = smgemm.matmul(a, b, out_dtype=torch.float32)
+    assert out.dtype == torch.float32
+    assert_gemm_close(out, a, b)
+
+
+# ---------------------------------------------------------------- epilogue: alpha, beta, C / bias, in place
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("c_shape", [(50,), (1, 50), (40, 1), (), (40, 50)], ids=str)
+def test_addmm_broadcast_input(dtype, c_shape, device):
+    a, b = Case(40, 50, 24, dtype, "nt").operands(device)
+    c = randn(c_shape, DTYPES[dtype], device)
+    out = smgemm.addmm(c, a, b, alpha=0.5, beta=-1.5)
+    assert_gemm_close(out, a, b, alpha=0.5, beta=-1.5, c=c)
+    torch.testing.assert_close(out, torch.addmm(c.double(), a.double(), b.double(), alpha=0.5, beta=-1.5)
+                               .to(out.dtype), atol=1e-1, rtol=2e-2)
+
+
+def test_bias_is_along_n_in_every_tile(device):
+    # Distinct values per column, M != N, several tiles: a bias added along M or dropped in some tile fails.
+    a, b = Case(70, 90, 20, "fp32", "nt").operands(device)
+    bias = torch.arange(90, dtype=torch.float32, device=device) * 10.0
+    for schedule, num_sms in (("data_parallel", None), ("persistent", 2)):
+        out = gemm(a, b, c=bias, schedule=schedule, num_sms=num_sms, config=SMALL)
+        assert_gemm_close(out, a, b, beta=1.0, c=bias)
+
+
+def test_in_place_c_update(device):
+    a, b = Case(48, 64, 32, "fp32", "tn").operands(device)
+    c = randn((48, 64), torch.float32, device)
+    c0 = c.clone()
+    out = smgemm.addmm(c, a, b, alpha=2.0, beta=0.25, out=c)
+    assert out.data_ptr() == c.data_ptr()
+    assert_gemm_close(c, a, b, alpha=2.0, beta=0.25, c=c0)
+
+
+def test_beta_zero_ignores_nan_input_and_out(device):
+    a, b = Case(33, 45, 16, "bf16", "nn").operands(device)
+    c = torch.full((33, 45), float("nan"), dtype=torch.bfloat16, device=device)
+    out = smgemm.addmm(c, a, b, beta=0.0, out=c)  # C is NaN and is the output: must not be read
+    assert_gemm_close(out, a, b)
+
+
+def test_strided_out_is_written_only_in_place(device):
+    a, b = Case(30, 20, 16, "fp16", "nn").operands(device)
+    big = torch.full((30, 50), 7.0, dtype=torch.float16, device=device)
+    view = big[:, 10:30]  # non-contiguous rows
+    smgemm.matmul(a, b, out=view)
+    assert_gemm_close(view, a, b)
+    assert (big[:, :10] == 7).all() and (big[:, 30:] == 7).all()
+
+
+def test_linear_matches_torch(device):
+    x = randn((2, 3, 40), torch.float16, device)
+    w = randn((24, 40), torch.float16, device)
+    bias = randn((24,), torch.float16, device)
+    y = smgemm.linear(x, w, bias)
+    assert y.shape == (2, 3, 24)
+    assert_gemm_close(y.reshape(6, 24), x.reshape(6, 40), w.t(), beta=1.0, c=bias)
+
+
+# ---------------------------------------------------------------- fp8 scales
+
+
+@pytest.mark.parametrize("kind", ["tensor", "row-col", "mixed"])
+def test_fp8_scales(kind, device):
+    m, n, k = 36, 40, 48
+    a, b = Case(m, n, k, "fp8", "nt").operands(device)
+    if kind == "tensor":
+        sa, sb = torch.tensor(0.5, device=device), torch.tensor([3.0], device=device)
+    elif kind == "row-col":
+        sa = torch.rand(m, 1, device=device) + 0.5
+        sb = torch.rand(1, n, device=device) + 0.5
+    else:
+        sa, sb = torch.rand(m, 1, device=device) + 0.5, torch.tensor(2.0, device=device)
+    bias = randn((n,), torch.bfloat16, device)
+    out = smgemm.addmm(bias, a, b, scale_a=sa, scale_b=sb)
+    assert out.dtype == torch.bfloat16
+    assert_gemm_close(out, a, b, beta=1.0, c=bias, scale_a=sa, scale_b=sb)
+
+
+def test_fp8_linear_per_channel_scales(device):
+    x = randn((5, 32), torch.float8_e4m3fn, device)
+    w = randn((24, 32), torch.float8_e4m3fn, device)
+    sx, sw = torch.rand(5, 1, device=device) + 0.5, torch.rand(24, device=device) + 0.5
+    y = smgemm.linear(x, w, scale_a=sx, scale_b=sw, out_dtype=torch.float32)
+    assert_gemm_close(y, x, w.t(), scale_a=sx, scale_b=sw)
+
+
+# ---------------------------------------------------------------- zero-size problems
+
+
+def test_zero_sized_m_and_n(device):
+    for m, n in ((0, 5), (5, 0)):
+        a, b = randn((m, 8), torch.float16, device), randn((8, n), torch.float16, device)
+        out = smgemm.matmul(a, b)
+        assert out.shape == (m, n)
+
+
+def test_zero_k_gives_beta_input(device):
+    a, b = randn((4, 0), torch.float32, device), randn((0, 6), torch.float32, device)
+    c = randn((6,), torch.float32, device)
+    torch.testing.assert_close(smgemm.addmm(c, a, b, beta=2.0), (2.0 * c).expand(4, 6))
+    torch.testing.assert_close(smgemm.matmul(a, b), torch.zeros(4, 6, device=device))

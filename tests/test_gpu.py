@@ -1,0 +1,94 @@
+"""GPU-only checks: the SM budget observed with %smid, large shapes, 64-bit offsets, streams, other devices."""
+
+import pytest
+import torch
+
+import smgemm
+from reference import assert_gemm_close, randn
+from smgemm._device import device_spec
+from smgemm._gemm import gemm
+from smgemm.plan import make_plan
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("num_sms", [1, 3, 8, 32, 66, 100])
+@pytest.mark.parametrize("schedule", ["auto", "data_parallel", "persistent"])
+def test_sm_budget_is_observed(num_sms, schedule):
+    m = n = 4096
+    k = 1024
+    a = randn((m, k), torch.bfloat16, "cuda")
+    b = randn((k, n), torch.bfloat16, "cuda")
+    plan = make_plan(m, n, k, torch.bfloat16, device_spec(a.device), schedule=schedule, num_sms=num_sms)
+    assert plan.num_tiles > num_sms  # a budget that actually binds
+    smids = torch.full((plan.num_programs,), -1, dtype=torch.int32, device="cuda")
+    out = gemm(a, b, schedule=schedule, num_sms=num_sms, smid_out=smids)
+    torch.cuda.synchronize()
+    seen = set(smids.tolist())
+    assert -1 not in seen, "every program records its SM"
+    assert len(seen) <= num_sms, f"{len(seen)} distinct SMs used with num_sms={num_sms}"
+    assert plan.num_programs <= num_sms
+    assert_gemm_close(out, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn])
+@pytest.mark.parametrize("shape", [(16, 4096, 4096), (1000, 2000, 3000), (4096, 4096, 4096), (257, 8191, 520)],
+                         ids=str)
+@pytest.mark.parametrize("num_sms", [None, 40])
+def test_large_shapes_default_plans(dtype, shape, num_sms):
+    m, n, k = shape
+    a = randn((m, k), dtype, "cuda")
+    b = randn((n, k), dtype, "cuda", transposed=False).t()
+    out = smgemm.matmul(a, b, num_sms=num_sms)
+    assert_gemm_close(out, a, b)
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_fp32_follows_torch_tf32_setting(tf32, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "tf32" if tf32 else "ieee")
+    a, b = randn((512, 1024), torch.float32, "cuda"), randn((1024, 768), torch.float32, "cuda")
+    assert_gemm_close(smgemm.matmul(a, b), a, b, tf32=tf32)
+
+
+def test_epilogue_on_gpu():
+    a, b = randn((300, 200), torch.float16, "cuda"), randn((200, 500), torch.float16, "cuda", transposed=True)
+    c = randn((300, 500), torch.float16, "cuda")
+    c0 = c.clone()
+    smgemm.addmm(c, a, b, alpha=0.75, beta=-2.0, out=c, num_sms=7)
+    assert_gemm_close(c, a, b, alpha=0.75, beta=-2.0, c=c0)
+    bias = randn((500,), torch.float32, "cuda")
+    assert_gemm_close(smgemm.addmm(bias, a, b), a, b, beta=1.0, c=bias)
+
+
+def test_offsets_beyond_int32():
+    # A view whose last element sits 2^31+ elements past its first: 32-bit offsets would wrap.
+    big = torch.empty((8, 2**28 + 1), dtype=torch.bfloat16, device="cuda")
+    a = big[:, :96]
+    a.copy_(torch.randn(8, 96, device="cuda"))
+    b = randn((96, 64), torch.bfloat16, "cuda")
+    assert_gemm_close(smgemm.matmul(a, b), a, b)
+    del big
+
+
+def test_two_streams_at_once():
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    ops = [(randn((1024, 512), torch.float16, "cuda"), randn((512, 2048), torch.float16, "cuda"))
+           for _ in range(2)]
+    torch.cuda.synchronize()
+    outs = []
+    for s, (a, b) in zip((s1, s2), ops):
+        with torch.cuda.stream(s):
+            outs.append(smgemm.matmul(a, b, num_sms=50))
+    torch.cuda.synchronize()
+    for out, (a, b) in zip(outs, ops):
+        assert_gemm_close(out, a, b)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
+def test_second_gpu():
+    with torch.cuda.device(0):
+        a = randn((333, 256), torch.bfloat16, "cuda:1")
+        b = randn((256, 444), torch.bfloat16, "cuda:1")
+        out = smgemm.matmul(a, b, num_sms=20)
+    assert out.device == torch.device("cuda:1")
+    assert_gemm_close(out, a, b)

@@ -1,0 +1,74 @@
+"""The planner is plain Python: tested here with made-up devices, no GPU and no kernel."""
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from smgemm._device import INTERPRETER_SPEC, DeviceSpec
+from smgemm.plan import INPUT_DTYPES, SCHEDULES, TileConfig, element_bytes, make_plan
+
+H200 = dataclasses.replace(INTERPRETER_SPEC, name="fake H200", interpreted=False)
+SMALL_GPU = DeviceSpec(name="fake 20-SM GPU", num_sms=20, smem_per_block=101376, capability=(8, 6))
+
+dims = st.integers(min_value=1, max_value=70_000)
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=dims, n=dims, k=dims, dtype=st.sampled_from(INPUT_DTYPES), spec=st.sampled_from([H200, SMALL_GPU]),
+       schedule=st.sampled_from(SCHEDULES), num_sms=st.none() | st.integers(1, 400))
+def test_grid_respects_budget_and_config_fits(m, n, k, dtype, spec, schedule, num_sms):
+    plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms)
+    cfg = plan.config
+    budget = spec.num_sms if num_sms is None else min(num_sms, spec.num_sms)
+    assert plan.sm_budget == budget
+    assert plan.num_tiles == -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    if num_sms is not None or plan.schedule != "data_parallel":
+        assert 1 <= plan.num_programs <= budget
+    else:
+        assert plan.num_programs == plan.num_tiles
+    assert plan.schedule in ("data_parallel", "persistent")
+    assert cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * element_bytes(dtype) <= spec.smem_per_block
+    assert plan.k_iters == -(-k // cfg.block_k)
+    assert plan.even_k == (k % cfg.block_k == 0)
+
+
+def test_explicit_budget_turns_data_parallel_persistent():
+    plan = make_plan(8192, 8192, 8192, torch.bfloat16, H200, schedule="data_parallel", num_sms=66)
+    assert plan.schedule == "persistent" and plan.num_programs == 66
+    plan = make_plan(8192, 8192, 8192, torch.bfloat16, H200, schedule="data_parallel")
+    assert plan.schedule == "data_parallel" and plan.num_programs == plan.num_tiles
+
+
+def test_budget_larger_than_chip_is_clamped():
+    plan = make_plan(8192, 8192, 8192, torch.bfloat16, SMALL_GPU, num_sms=1000)
+    assert plan.sm_budget == 20 and plan.num_programs == 20
+
+
+def test_plans_are_cached_and_keyed_on_the_device():
+    p1 = make_plan(4096, 4096, 4096, torch.float16, H200, num_sms=32)
+    assert make_plan(4096, 4096, 4096, torch.float16, H200, num_sms=32) is p1
+    p2 = make_plan(4096, 4096, 4096, torch.float16, SMALL_GPU, num_sms=32)
+    assert p2.sm_budget == 20 and p1.sm_budget == 32
+
+
+def test_tile_model_prefers_big_tiles_for_big_problems_and_more_tiles_for_small_ones():
+    big = make_plan(8192, 8192, 8192, torch.bfloat16, H200).config
+    assert (big.block_m, big.block_n) == (128, 256)
+    decode = make_plan(16, 4096, 4096, torch.bfloat16, H200).config
+    assert decode.block_m == 16
+    assert make_plan(16, 4096, 4096, torch.bfloat16, H200).num_tiles >= 64  # enough programs to stream B
+
+
+def test_tf32_and_fp8_precision_flags():
+    assert make_plan(64, 64, 64, torch.float32, H200, tf32=True).input_precision == "tf32"
+    assert make_plan(64, 64, 64, torch.float32, H200, tf32=False).input_precision == "ieee"
+
+
+def test_bad_schedule_and_config():
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        make_plan(64, 64, 64, torch.float16, H200, schedule="nope")
+    with pytest.raises(ValueError, match="block_k must be a power of two"):
+        TileConfig(64, 64, 48)
