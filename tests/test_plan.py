@@ -72,3 +72,11 @@ def test_bad_schedule_and_config():
         make_plan(64, 64, 64, torch.float16, H200, schedule="nope")
     with pytest.raises(ValueError, match="block_k must be a power of two"):
         TileConfig(64, 64, 48)
+    with pytest.raises(ValueError, match="needs block_k >= 32"):
+        make_plan(64, 64, 64, torch.float8_e4m3fn, H200, config=TileConfig(64, 64, 16))
+
+
+def test_fp8_promotes_its_accumulator_every_k_step():
+    plan = make_plan(4096, 4096, 4096, torch.float8_e4m3fn, H200)
+    assert plan.max_imprecise_acc == plan.config.block_k
+    assert make_plan(4096, 4096, 4096, torch.bfloat16, H200).max_imprecise_acc is None

@@ -33,11 +33,12 @@ INTERPRETER_SPEC = DeviceSpec(
 )
 
 
+@functools.cache
 def interpreter_active() -> bool:
     """True when Triton compiles `@triton.jit` functions for its CPU interpreter.
 
     Triton reads TRITON_INTERPRET when a function is decorated, so we ask a decorated kernel rather than the
-    environment (which may have changed since).
+    environment (which may have changed since); the answer is fixed for the life of the process.
     """
     from triton.runtime.interpreter import InterpretedFunction
 

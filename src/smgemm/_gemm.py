@@ -34,6 +34,13 @@ def _max_offset(t: torch.Tensor) -> int:
     return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
 
 
+def _needs_int64(t: torch.Tensor) -> bool:
+    """Whether an element offset of `t` may exceed int32 (cheap storage-size test first)."""
+    if t.untyped_storage().nbytes() <= _INT32_MAX:
+        return False
+    return _max_offset(t) > _INT32_MAX
+
+
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     start = t.data_ptr()
     return start, start + (_max_offset(t) + 1) * t.element_size()
@@ -191,7 +198,7 @@ def gemm(
     plan = make_plan(m, n, k, a.dtype, device_spec(device), schedule=schedule, num_sms=num_sms,
                      tf32=a.dtype == torch.float32 and tf32_enabled(), config=config)
     tensors = (a, b, out) + ((c,) if has_c else ())
-    use_int64 = any(_max_offset(t) > _INT32_MAX for t in tensors)
+    use_int64 = any(_needs_int64(t) for t in tensors)
     if smid_out is not None and smid_out.numel() < plan.num_programs:
         raise ValueError(f"smid_out needs {plan.num_programs} elements, got {smid_out.numel()}")
     if device.type == "cuda" and device.index != torch.cuda.current_device():
@@ -204,7 +211,7 @@ def gemm(
     return out
 
 
-def _launch(
+def _kernel_args(
     plan: Plan,
     a: torch.Tensor,
     b: torch.Tensor,
@@ -218,12 +225,11 @@ def _launch(
     beta: float,
     use_int64: bool,
     smid_out: torch.Tensor | None,
-) -> None:
-    from .kernels.gemm import gemm_kernel
-
+) -> tuple[tuple, dict]:
+    """gemm_kernel's runtime arguments (in signature order) and its meta-parameters."""
     cfg = plan.config
     stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
-    gemm_kernel[(plan.num_programs,)](
+    args = (
         a, b, out,
         c if c is not None else out,
         scale_a if scale_a is not None else out,
@@ -233,11 +239,21 @@ def _launch(
         a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         out.stride(0), out.stride(1), stride_cm, stride_cn, stride_sa, stride_sb,
         float(alpha), float(beta), plan.num_programs,
+    )
+    meta = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         EVEN_K=plan.even_k, HAS_C=c is not None,
         HAS_SCALE_A=scale_a is not None, HAS_SCALE_B=scale_b is not None,
         INTERPRETER=a.device.type == "cpu",
-        INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
+        INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64, MAX_IMPRECISE_ACC=plan.max_imprecise_acc,
         RECORD_SMID=smid_out is not None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    return args, meta
+
+
+def _launch(plan: Plan, *tensors_and_scalars) -> object:
+    from .kernels.gemm import gemm_kernel
+
+    args, meta = _kernel_args(plan, *tensors_and_scalars)
+    cfg = plan.config
+    return gemm_kernel[(plan.num_programs,)](*args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages)

@@ -83,10 +83,19 @@ class Plan:
     k_iters: int  # BLOCK_K steps per tile
     even_k: bool  # K % BLOCK_K == 0: the K loop needs no mask
     input_precision: str  # tl.dot's input_precision; only fp32 operands read it ("ieee" unless TF32 is allowed)
+    # fp8 only: K-elements the tensor cores may sum in their reduced-precision accumulator before the sum is
+    # added to the fp32 accumulator (Hopper's fp8 MMA keeps about 13 mantissa bits). BLOCK_K: one promotion per
+    # K step, as cuBLAS does without fast accumulation. None: never promote (Triton's default, faster, less exact).
+    max_imprecise_acc: int | None = None
 
 
 def element_bytes(dtype: torch.dtype) -> int:
     return _ELEMENT_BYTES[dtype]
+
+
+def min_block_k(dtype: torch.dtype) -> int:
+    """The smallest K a tensor-core dot takes for `dtype` on Hopper (fp8: 32, else 16)."""
+    return 32 if element_bytes(dtype) == 1 else 16
 
 
 def _next_pow2(x: int) -> int:
@@ -97,7 +106,7 @@ def choose_config(m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, 
     """The tile configuration the model above predicts fastest for an (m, n, k) GEMM on `budget` SMs."""
     elem = element_bytes(dtype)
     block_k = 128 // elem * (2 if m <= 64 else 1)
-    block_k = min(block_k, max(16, _next_pow2(k)))
+    block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
     max_m, max_n = max(16, _next_pow2(m)), max(32, _next_pow2(n))
     best, best_cost = None, math.inf
     for bm, bn, warps in _CANDIDATE_TILES:
@@ -144,6 +153,8 @@ def make_plan(
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     budget = resolve_budget(num_sms, spec)
     cfg = config or choose_config(m, n, k, dtype, spec, budget)
+    if cfg.block_k < min_block_k(dtype):
+        raise ValueError(f"{dtype} needs block_k >= {min_block_k(dtype)}, got {cfg}")
     num_tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
     if schedule == "auto":
         # With no budget, one program per tile lets the hardware overlap one tile's epilogue with the next
@@ -161,4 +172,5 @@ def make_plan(
         k_iters=math.ceil(k / cfg.block_k),
         even_k=k % cfg.block_k == 0,
         input_precision="ieee" if (dtype == torch.float32 and not tf32) else "tf32",
+        max_imprecise_acc=cfg.block_k if element_bytes(dtype) == 1 else None,
     )

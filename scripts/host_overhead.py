@@ -1,0 +1,63 @@
+"""Where the host time of a small cached GEMM call goes (GPU): ours end to end, ours without the launch,
+Triton's launch alone, a direct launch of the compiled kernel, and torch.
+
+    PYTHONPATH=src python scripts/host_overhead.py
+"""
+
+import time
+
+import torch
+
+import smgemm
+import smgemm._gemm as G
+from smgemm.bench import _table
+
+
+def per_call(fn, iters=3000):
+    for _ in range(100):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / iters * 1e6
+
+
+def main():
+    a = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    rows = [{"call": "smgemm.matmul", "us": per_call(lambda: smgemm.matmul(a, b))}]
+    captured = {}
+    real_launch = G._launch
+
+    def capture(*args):
+        captured["args"] = args
+
+    G._launch = capture
+    rows.append({"call": "smgemm.matmul, launch stubbed", "us": per_call(lambda: smgemm.matmul(a, b))})
+    G._launch = real_launch
+    args = captured["args"]
+    rows.append({"call": "_launch (plan ready) -> Triton JIT run", "us": per_call(lambda: real_launch(*args))})
+    plan = args[0]
+    kargs, meta = G._kernel_args(*args)
+    compiled = real_launch(*args)
+    runner = compiled[(plan.num_programs, 1, 1)]
+    stream = torch.cuda.current_stream().cuda_stream
+    full = (*kargs, *meta.values())
+    out = kargs[2]
+    out.fill_(float("nan"))
+    runner(*full, stream=stream)
+    ok = torch.allclose(out.float(), (a.float() @ b.float()), atol=1e-1, rtol=1e-2)
+    t_direct = per_call(lambda: runner(*full, stream=stream))
+    rows.append({"call": f"compiled kernel runner (direct, ok={ok})", "us": t_direct})
+    rows.append({"call": "torch.cuda.current_stream().cuda_stream",
+                 "us": per_call(lambda: torch.cuda.current_stream().cuda_stream)})
+    rows.append({"call": "torch.matmul", "us": per_call(lambda: torch.matmul(a, b))})
+    rows.append({"call": "torch.empty", "us": per_call(lambda: torch.empty(16, 64, device="cuda"))})
+    print(_table(rows))
+
+
+if __name__ == "__main__":
+    main()
