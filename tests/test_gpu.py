@@ -60,6 +60,18 @@ def test_epilogue_on_gpu():
     assert_gemm_close(smgemm.addmm(bias, a, b), a, b, beta=1.0, c=bias)
 
 
+def test_cached_launcher_respects_alignment_and_strides():
+    # The second call of a key takes the cached launcher; a misaligned or differently strided call must not.
+    base = randn((4 * 300 * 200 + 8,), torch.float16, "cuda")
+    b = randn((200, 96), torch.float16, "cuda")
+    for offset in (0, 0, 1, 1, 8):  # 1 element = 2 bytes: the pointer is no longer 16-byte aligned
+        a = base[offset:offset + 300 * 200].view(300, 200)
+        assert_gemm_close(smgemm.matmul(a, b), a, b)
+    for a in (base[: 300 * 400].view(300, 400)[:, :200], base[: 200 * 300].view(200, 300).t()):
+        for _ in range(2):
+            assert_gemm_close(smgemm.matmul(a, b), a, b)
+
+
 def test_offsets_beyond_int32():
     # A view whose last element sits 2^31+ elements past its first: 32-bit offsets would wrap.
     big = torch.empty((8, 2**28 + 1), dtype=torch.bfloat16, device="cuda")

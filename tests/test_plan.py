@@ -75,8 +75,3 @@ def test_bad_schedule_and_config():
     with pytest.raises(ValueError, match="needs block_k >= 32"):
         make_plan(64, 64, 64, torch.float8_e4m3fn, H200, config=TileConfig(64, 64, 16))
 
-
-def test_fp8_promotes_its_accumulator_every_k_step():
-    plan = make_plan(4096, 4096, 4096, torch.float8_e4m3fn, H200)
-    assert plan.max_imprecise_acc == plan.config.block_k
-    assert make_plan(4096, 4096, 4096, torch.bfloat16, H200).max_imprecise_acc is None

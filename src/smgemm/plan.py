@@ -83,10 +83,6 @@ class Plan:
     k_iters: int  # BLOCK_K steps per tile
     even_k: bool  # K % BLOCK_K == 0: the K loop needs no mask
     input_precision: str  # tl.dot's input_precision; only fp32 operands read it ("ieee" unless TF32 is allowed)
-    # fp8 only: K-elements the tensor cores may sum in their reduced-precision accumulator before the sum is
-    # added to the fp32 accumulator (Hopper's fp8 MMA keeps about 13 mantissa bits). BLOCK_K: one promotion per
-    # K step, as cuBLAS does without fast accumulation. None: never promote (Triton's default, faster, less exact).
-    max_imprecise_acc: int | None = None
 
 
 def element_bytes(dtype: torch.dtype) -> int:
@@ -172,5 +168,4 @@ def make_plan(
         k_iters=math.ceil(k / cfg.block_k),
         even_k=k % cfg.block_k == 0,
         input_precision="ieee" if (dtype == torch.float32 and not tf32) else "tf32",
-        max_imprecise_acc=cfg.block_k if element_bytes(dtype) == 1 else None,
     )

@@ -48,7 +48,6 @@ def k_loop(
     pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
-    MAX_IMPRECISE_ACC: tl.constexpr,
 ):
     """fp32 accumulator of A[tile rows, k] @ B[k, tile cols] over K-iterations [iter_start, iter_end).
 
@@ -79,7 +78,9 @@ def k_loop(
             b_a = b_a.to(tl.float32)
             b_b = b_b.to(tl.float32)
         # [BM, BK] @ [BK, BN] -> [BM, BN]
-        acc = tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
+        # fp8 on Hopper: the tensor cores' own accumulation (about 13 mantissa bits, Triton's default). Promoting
+        # to fp32 every K step (max_num_imprecise_acc=BLOCK_K) measured 3x slower, see docs/performance.md.
+        acc = tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION)
         p_a += BLOCK_K * stride_ak
         p_b += BLOCK_K * stride_bk
     return acc

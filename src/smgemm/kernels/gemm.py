@@ -20,7 +20,7 @@ def gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
-    MAX_IMPRECISE_ACC: tl.constexpr, RECORD_SMID: tl.constexpr,
+    RECORD_SMID: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if RECORD_SMID:
@@ -34,7 +34,7 @@ def gemm_kernel(
         acc = k_loop(
             a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
             pid_m, pid_n, 0, k_iters,
-            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, MAX_IMPRECISE_ACC,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64,
         )
         epilogue(
             acc, pid_m, pid_n, M, N, d_ptr, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
