@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     budgets = [int(x) for x in args.num_sms.split(",") if x]
     for name in args.dtype.split(","):
         dtype = DTYPES[name]
-        print(f"\n## {name}: full chip, smgemm.matmul vs {'torch._scaled_mm(use_fast_accum=True)' if name == 'fp8' else 'torch.matmul'}")
+        peer = "torch._scaled_mm(use_fast_accum=True)" if name == "fp8" else "torch.matmul"
+        print(f"\n## {name}: full chip, smgemm.matmul vs {peer}")
         print(_table(bench_full_chip(shapes, dtype)))
         if budgets and name != "fp8":
             print(f"\n## {name}: SM budget, smgemm.matmul(num_sms=n) vs cuBLASLt with an SM carve-out")
