@@ -153,9 +153,9 @@ def make_plan(
         raise ValueError(f"{dtype} needs block_k >= {min_block_k(dtype)}, got {cfg}")
     num_tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
     if schedule == "auto":
-        # With no budget, one program per tile lets the hardware overlap one tile's epilogue with the next
-        # tile's loads; with a budget the grid must stay within it, which a persistent loop does.
-        schedule = "data_parallel" if num_sms is None else "persistent"
+        # Persistent: measured at least as fast as one program per tile for the 128x256 tiles that large
+        # problems get (docs/performance.md), and it never occupies more SMs than the budget.
+        schedule = "persistent"
     if schedule == "data_parallel" and num_sms is not None:
         schedule = "persistent"  # an explicit budget caps the grid on every path
     num_programs = num_tiles if schedule == "data_parallel" else min(budget, num_tiles)
