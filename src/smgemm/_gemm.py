@@ -225,20 +225,22 @@ def _kernel_args(
     beta: float,
     use_int64: bool,
     smid_out: torch.Tensor | None,
-) -> tuple[tuple, dict]:
-    """gemm_kernel's runtime arguments (in signature order) and its meta-parameters."""
+) -> tuple[tuple, tuple, tuple, dict]:
+    """gemm_kernel's runtime arguments, grouped (pointers, ints, floats) in signature order, and its meta."""
     cfg = plan.config
     stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
-    args = (
+    tensors = (
         a, b, out,
         c if c is not None else out,
         scale_a if scale_a is not None else out,
         scale_b if scale_b is not None else out,
         smid_out if smid_out is not None else out,
+    )
+    ints = (
         a.shape[0], b.shape[1], a.shape[1],
         a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         out.stride(0), out.stride(1), stride_cm, stride_cn, stride_sa, stride_sb,
-        float(alpha), float(beta), plan.num_programs,
+        plan.num_programs,
     )
     meta = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
@@ -248,43 +250,31 @@ def _kernel_args(
         INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
         RECORD_SMID=smid_out is not None,
     )
-    return args, meta
+    return tensors, ints, (float(alpha), float(beta)), meta
 
 
-def _specialization(args: tuple) -> tuple:
-    """What Triton specializes a compiled kernel on, per runtime argument (a superset, so caching on it is safe):
-    a tensor's dtype and 16-byte alignment; an int's equality to 1, divisibility by 16 and 32-bit range."""
-    key = []
-    for x in args:
-        if isinstance(x, torch.Tensor):
-            key.append((x.dtype, x.data_ptr() % 16 == 0))
-        elif isinstance(x, int):
-            key.append((x == 1, x % 16 == 0, -(2**31) <= x < 2**31))
-        else:
-            key.append(type(x))
-    return tuple(key)
-
-
-# (device index, plan, meta-parameters, specialization) -> launcher of the compiled kernel. Filled on first use
-# per key; Triton's own launch path costs ~20 us more host time per call than calling the launcher directly.
+# Launchers of compiled kernels, keyed on everything Triton specializes a compilation on (and more): device,
+# plan, meta-parameters, the int arguments' values, the tensors' dtypes and 16-byte alignment. Filled on first
+# use of a key; calling the launcher directly saves ~20 us of host time per call over Triton's launch path.
 _LAUNCHERS: dict[tuple, object] = {}
 
 
 def _launch(plan: Plan, *tensors_and_scalars) -> None:
     from .kernels.gemm import gemm_kernel
 
-    args, meta = _kernel_args(plan, *tensors_and_scalars)
+    tensors, ints, floats, meta = _kernel_args(plan, *tensors_and_scalars)
     grid = plan.num_programs
-    device = args[0].device
+    device = tensors[0].device
     if device.type != "cuda":  # the interpreter
-        gemm_kernel[(grid,)](*args, **meta, num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
+        gemm_kernel[(grid,)](*tensors, *ints, *floats, **meta,
+                             num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
         return
-    key = (device.index, plan, *meta.values(), _specialization(args))
+    key = (device.index, plan, *meta.values(), ints,
+           tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
     launcher = _LAUNCHERS.get(key)
     if launcher is None:
-        compiled = gemm_kernel[(grid,)](
-            *args, **meta, num_warps=plan.config.num_warps, num_stages=plan.config.num_stages
-        )
+        compiled = gemm_kernel[(grid,)](*tensors, *ints, *floats, **meta,
+                                        num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
         _LAUNCHERS[key] = compiled[(grid, 1, 1)]
         return
-    launcher(*args, *meta.values(), stream=torch._C._cuda_getCurrentRawStream(device.index))
+    launcher(*tensors, *ints, *floats, *meta.values(), stream=torch._C._cuda_getCurrentRawStream(device.index))

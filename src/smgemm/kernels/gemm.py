@@ -16,7 +16,7 @@ def gemm_kernel(
     M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn,
     stride_dm, stride_dn, stride_cm, stride_cn, stride_sa, stride_sb,
-    alpha, beta, num_programs,
+    num_programs, alpha, beta,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
