@@ -4,25 +4,12 @@ Triton's launch alone, a direct launch of the compiled kernel, and torch.
     PYTHONPATH=src python scripts/host_overhead.py
 """
 
-import time
-
 import torch
 
 import smgemm
 import smgemm._gemm as G
 from smgemm.bench import _table
-
-
-def per_call(fn, iters=3000):
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / iters * 1e6
+from smgemm.bench import host_us_per_call as per_call
 
 
 def main():

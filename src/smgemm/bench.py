@@ -177,6 +177,19 @@ def bench_budgets(shapes: list[tuple[int, int, int]], dtype: torch.dtype, budget
     return rows
 
 
+def host_us_per_call(fn: Callable[[], object], iters: int = 2000) -> float:
+    """Host microseconds per call of `fn` after a warm-up, without synchronizing inside the loop."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / iters * 1e6
+
+
 def host_overhead(iters: int = 2000) -> list[dict[str, object]]:
     """Host microseconds per call of a tiny cached GEMM (launch-bound, no sync inside the loop)."""
     import smgemm
@@ -191,18 +204,7 @@ def host_overhead(iters: int = 2000) -> list[dict[str, object]]:
         "torch.matmul": lambda: torch.matmul(a, b),
         "torch.addmm (bias)": lambda: torch.addmm(bias, a, b),
     }
-    rows = []
-    for name, fn in calls.items():
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        rows.append({"call": name, "host us/call": (t1 - t0) / iters * 1e6})
-    return rows
+    return [{"call": name, "host us/call": host_us_per_call(fn, iters)} for name, fn in calls.items()]
 
 
 def interpreter_check() -> list[dict[str, object]]:
