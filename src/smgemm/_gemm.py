@@ -10,6 +10,8 @@ with `c` anything broadcastable to (M, N) (a bias along N, a full matrix, ...), 
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ._device import device_spec, interpreter_active, tf32_enabled
@@ -201,11 +203,9 @@ def gemm(
     use_int64 = any(_needs_int64(t) for t in tensors)
     if smid_out is not None and smid_out.numel() < plan.num_programs:
         raise ValueError(f"smid_out needs {plan.num_programs} elements, got {smid_out.numel()}")
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            _launch(plan, a, b, out, c if has_c else None, scale_a, scale_b, stride_sa, stride_sb,
-                    alpha, beta, use_int64, smid_out)
-    else:
+    # Triton launches on the current device: make it the tensors' device (cuda:1 ...) for the launch.
+    other_device = device.type == "cuda" and device.index != torch.cuda.current_device()
+    with torch.cuda.device(device) if other_device else contextlib.nullcontext():
         _launch(plan, a, b, out, c if has_c else None, scale_a, scale_b, stride_sa, stride_sb,
                 alpha, beta, use_int64, smid_out)
     return out
