@@ -1,5 +1,5 @@
 """Where the host time of a small cached GEMM call goes (GPU): ours end to end, ours without the launch,
-Triton's launch alone, a direct launch of the compiled kernel, and torch.
+our launch step alone, the cached compiled-kernel launcher alone, and torch.
 
     PYTHONPATH=src python scripts/host_overhead.py
 """
@@ -26,7 +26,7 @@ def main():
     rows.append({"call": "smgemm.matmul, launch stubbed", "us": per_call(lambda: smgemm.matmul(a, b))})
     G._launch = real_launch
     args = captured["args"]
-    rows.append({"call": "_launch (plan ready) -> Triton JIT run", "us": per_call(lambda: real_launch(*args))})
+    rows.append({"call": "_launch (plan ready, cached launcher)", "us": per_call(lambda: real_launch(*args))})
     tensors, ints, floats, meta = G._kernel_args(*args)
     launcher = next(iter(G._LAUNCHERS.values()))  # filled by the first smgemm.matmul above
     stream = torch.cuda.current_stream().cuda_stream

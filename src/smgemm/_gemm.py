@@ -265,16 +265,16 @@ def _launch(plan: Plan, *tensors_and_scalars) -> None:
     tensors, ints, floats, meta = _kernel_args(plan, *tensors_and_scalars)
     grid = plan.num_programs
     device = tensors[0].device
-    if device.type != "cuda":  # the interpreter
-        gemm_kernel[(grid,)](*tensors, *ints, *floats, **meta,
-                             num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
-        return
-    key = (device.index, plan, *meta.values(), ints,
-           tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
-    launcher = _LAUNCHERS.get(key)
-    if launcher is None:
-        compiled = gemm_kernel[(grid,)](*tensors, *ints, *floats, **meta,
-                                        num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
+    key = None
+    if device.type == "cuda":  # the interpreter has no compiled kernel to cache
+        key = (device.index, plan, *meta.values(), ints,
+               tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
+        launcher = _LAUNCHERS.get(key)
+        if launcher is not None:
+            stream = torch._C._cuda_getCurrentRawStream(device.index)
+            launcher(*tensors, *ints, *floats, *meta.values(), stream=stream)
+            return
+    compiled = gemm_kernel[(grid,)](*tensors, *ints, *floats, **meta,
+                                    num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
+    if key is not None:
         _LAUNCHERS[key] = compiled[(grid, 1, 1)]
-        return
-    launcher(*tensors, *ints, *floats, *meta.values(), stream=torch._C._cuda_getCurrentRawStream(device.index))
