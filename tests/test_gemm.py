@@ -6,8 +6,9 @@ import torch
 import smgemm
 from cases import DTYPES, Case, all_cases
 from reference import assert_gemm_close, randn
+from smgemm._device import device_spec
 from smgemm._gemm import gemm
-from smgemm.plan import TileConfig
+from smgemm.plan import TileConfig, make_plan
 
 SMALL = TileConfig(16, 32, 16, num_warps=4, num_stages=2)  # many tiles and K-iterations on small shapes
 SMALL_FP8 = TileConfig(16, 32, 32, num_warps=4, num_stages=2)  # fp8 dots need K >= 32
@@ -22,7 +23,7 @@ def test_matmul_matches_float64(case: Case, device):
     assert_gemm_close(out, a, b)
 
 
-@pytest.mark.parametrize("schedule", ["data_parallel", "persistent", "auto"])
+@pytest.mark.parametrize("schedule", ["data_parallel", "persistent", "streamk", "auto"])
 @pytest.mark.parametrize("num_sms", [None, 1, 3, 10_000])
 def test_schedules_and_budgets_cover_every_tile(schedule, num_sms, device):
     # 7 x 5 tiles of 16 x 32 with a K tail: every program runs several tiles when the budget is small.
@@ -68,9 +69,13 @@ def test_addmm_broadcast_input(dtype, c_shape, device):
 
 def test_bias_is_along_n_in_every_tile(device):
     # Distinct values per column, M != N, several tiles: a bias added along M or dropped in some tile fails.
-    a, b = Case(70, 90, 20, "fp32", "nt").operands(device)
+    # Stream-K on 4 programs: 12 whole tiles, then 3 tiles whose 4 K-iterations are split.
+    a, b = Case(70, 90, 60, "fp32", "nt").operands(device)
     bias = torch.arange(90, dtype=torch.float32, device=device) * 10.0
-    for schedule, num_sms in (("data_parallel", None), ("persistent", 2)):
+    for schedule, num_sms in (("data_parallel", None), ("persistent", 2), ("streamk", 4)):
+        plan = make_plan(70, 90, 60, torch.float32, device_spec(a.device), schedule=schedule, num_sms=num_sms,
+                         config=SMALL)
+        assert plan.schedule == schedule
         out = gemm(a, b, c=bias, schedule=schedule, num_sms=num_sms, config=SMALL)
         assert_gemm_close(out, a, b, beta=1.0, c=bias)
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("num_sms", [1, 3, 8, 32, 66, 100])
-@pytest.mark.parametrize("schedule", ["auto", "data_parallel", "persistent"])
+@pytest.mark.parametrize("schedule", ["auto", "data_parallel", "persistent", "streamk"])
 def test_sm_budget_is_observed(num_sms, schedule):
     m = n = 4096
     k = 1024

@@ -29,7 +29,17 @@ def test_grid_respects_budget_and_config_fits(m, n, k, dtype, spec, schedule, nu
         assert 1 <= plan.num_programs <= budget
     else:
         assert plan.num_programs == plan.num_tiles
-    assert plan.schedule in ("data_parallel", "persistent")
+    assert plan.schedule in ("data_parallel", "persistent", "streamk")
+    if plan.schedule == "streamk":
+        assert schedule in ("auto", "streamk")
+        # whole waves stay data-parallel; fewer split tiles than programs; every program gets >= 2 iterations
+        assert plan.dp_tiles % plan.num_programs == 0
+        assert 0 < plan.sk_tiles < plan.num_programs
+        assert plan.sk_tiles * plan.k_iters >= 2 * plan.num_programs
+        tile = cfg.block_m * cfg.block_n
+        assert plan.workspace_numel == (plan.num_programs + plan.sk_tiles) * tile + 2 * plan.num_programs
+    else:
+        assert plan.dp_tiles == plan.num_tiles and plan.workspace_numel == 0
     assert cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * element_bytes(dtype) <= spec.smem_per_block
     assert plan.k_iters == -(-k // cfg.block_k)
     assert plan.even_k == (k % cfg.block_k == 0)
@@ -60,6 +70,31 @@ def test_tile_model_prefers_big_tiles_for_big_problems_and_more_tiles_for_small_
     decode = make_plan(16, 4096, 4096, torch.bfloat16, H200).config
     assert decode.block_m == 16
     assert make_plan(16, 4096, 4096, torch.bfloat16, H200).num_tiles >= 64  # enough programs to stream B
+
+
+@pytest.mark.parametrize("num_sms", [None, 66, 32])
+def test_auto_picks_streamk_where_tile_quantization_wastes_the_chip(num_sms):
+    # Few tiles and a long K loop: 8 tiles of 128 x 256 would leave most SMs idle; Stream-K splits their
+    # K-iterations over every SM of the budget.
+    plan = make_plan(512, 512, 32768, torch.bfloat16, H200, num_sms=num_sms)
+    assert plan.schedule == "streamk"
+    assert plan.num_programs == (num_sms or 132) and plan.dp_tiles == 0
+
+
+def test_auto_keeps_full_waves_and_thin_splits_data_parallel():
+    # 512 tiles on 128 SMs: four full waves, nothing to balance.
+    assert make_plan(4096, 4096, 4096, torch.bfloat16, H200, num_sms=128).schedule == "persistent"
+    # A ragged last wave of a short K loop: the fixup would cost more than the idle SMs.
+    assert make_plan(1024, 1024, 256, torch.bfloat16, H200).schedule == "persistent"
+    # An explicit request with nothing to split runs the persistent tile loop.
+    plan = make_plan(4096, 4096, 4096, torch.bfloat16, H200, schedule="streamk", num_sms=128)
+    assert plan.schedule == "persistent" and plan.sk_tiles == 0
+
+
+def test_streamk_keeps_whole_waves_data_parallel():
+    # 288 tiles on 66 SMs: 4 whole waves (264 tiles) run data-parallel, 24 tiles are split over the 66 programs.
+    plan = make_plan(3072, 3072, 8192, torch.bfloat16, H200, schedule="streamk", num_sms=66)
+    assert (plan.num_tiles, plan.dp_tiles, plan.sk_tiles, plan.num_programs) == (288, 264, 24, 66)
 
 
 def test_tf32_and_fp8_precision_flags():

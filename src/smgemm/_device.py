@@ -21,6 +21,7 @@ class DeviceSpec:
     smem_per_block: int  # bytes of shared memory one program may use (opt-in maximum)
     capability: tuple[int, int]
     interpreted: bool = False  # kernels run in the Triton interpreter on the CPU
+    l2_bytes: int = 50 * 2**20  # L2 cache size (the Stream-K model asks whether operand panels stay in it)
 
 
 # The Triton interpreter has no SMs; it emulates an H200 so that CPU-planned grids match GPU-planned ones.
@@ -56,6 +57,7 @@ def _cuda_spec(index: int) -> DeviceSpec:
         num_sms=props.multi_processor_count,
         smem_per_block=int(smem),
         capability=(props.major, props.minor),
+        l2_bytes=int(getattr(props, "L2_cache_size", 0) or 50 * 2**20),
     )
 
 

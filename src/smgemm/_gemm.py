@@ -11,6 +11,7 @@ with `c` anything broadcastable to (M, N) (a bias along N, a full matrix, ...), 
 from __future__ import annotations
 
 import contextlib
+import random
 
 import torch
 
@@ -234,13 +235,14 @@ def _kernel_args(
         c if c is not None else out,
         scale_a if scale_a is not None else out,
         scale_b if scale_b is not None else out,
+        _workspace(plan, out.device) if plan.sk_tiles else out,
         smid_out if smid_out is not None else out,
     )
     ints = (
         a.shape[0], b.shape[1], a.shape[1],
         a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         out.stride(0), out.stride(1), stride_cm, stride_cn, stride_sa, stride_sb,
-        plan.num_programs,
+        plan.num_programs, plan.dp_tiles,
     )
     meta = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
@@ -248,9 +250,30 @@ def _kernel_args(
         HAS_SCALE_A=scale_a is not None, HAS_SCALE_B=scale_b is not None,
         INTERPRETER=a.device.type == "cpu",
         INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
-        RECORD_SMID=smid_out is not None,
+        STREAMK=plan.sk_tiles > 0, FIXUP_N=min(64, cfg.block_n), RECORD_SMID=smid_out is not None,
     )
     return tensors, ints, (float(alpha), float(beta)), meta
+
+
+# Stream-K launch ids. A private generator, so that user code seeding `random` cannot make ids repeat (which would
+# still be safe: flags are reset by their reader within the launch; a fresh id only guards against stale memory).
+_EPOCHS = random.Random()
+
+
+def _workspace(plan: Plan, device: torch.device) -> torch.Tensor:
+    """Stream-K scratch for one launch, from PyTorch's caching allocator on the current stream.
+
+    Never zeroed: a flag counts as raised only when it equals this launch's epoch (a random 62-bit id), and
+    readers reset the flags they consume, so neither leftovers of earlier launches nor other tensors' bytes
+    are mistaken for a published partial. Allocating per launch makes two streams, CUDA graphs (the graph's
+    private pool) and other devices independent, with no state kept here.
+    """
+    return torch.empty(plan.workspace_numel, dtype=torch.float32, device=device)
+
+
+def _epoch() -> int:
+    """A Stream-K launch id in [2**62, 2**63): nonzero and always passed to the kernel as int64."""
+    return _EPOCHS.getrandbits(62) | (1 << 62)
 
 
 # Launchers of compiled kernels, keyed on everything Triton specializes a compilation on (and more): device,
@@ -272,9 +295,9 @@ def _launch(plan: Plan, *tensors_and_scalars) -> None:
         launcher = _LAUNCHERS.get(key)
         if launcher is not None:
             stream = torch._C._cuda_getCurrentRawStream(device.index)
-            launcher(*tensors, *ints, *floats, *meta.values(), stream=stream)
+            launcher(*tensors, *ints, _epoch(), *floats, *meta.values(), stream=stream)
             return
-    compiled = gemm_kernel[(grid,)](*tensors, *ints, *floats, **meta,
+    compiled = gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta,
                                     num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
     if key is not None:
         _LAUNCHERS[key] = compiled[(grid, 1, 1)]

@@ -3,16 +3,27 @@
 Plain Python, no GPU and no Triton: everything here is unit-tested on the CPU with made-up device specs.
 `make_plan` is cached on its (hashable) arguments, so a repeated call with the same problem costs a dict lookup.
 
-Tile selection (`choose_config`) is a small analytical model, not autotuning:
+Tile and schedule selection (`choose_config`, `modelled_time`) is a small analytical model, not autotuning:
 
 * candidates are a fixed list of (BLOCK_M, BLOCK_N) shapes; BLOCK_K gives 128-byte rows of A and B
   (twice that when M is small and the GEMM is bound by streaming B);
 * a tile's efficiency is its arithmetic intensity BM*BN/(BM+BN) relative to the 128x256 tile (capped at 1): a
-  tile re-reads A and B from L2/HBM once per (BM+BN) columns/rows and computes BM*BN outputs;
-* with `budget` SMs the tiles run in `ceil(tiles / budget)` waves, each as long as one tile, so the modelled time
-  is `waves * BM * BN / efficiency`; the cheapest candidate wins (ties go to the larger tile);
-* the pipeline depth is the most stages of (BM + BN) * BK operand bytes that fit in shared memory, at most 4
-  (3 for the largest tile, whose fp32 epilogue scratch also needs room).
+  tile re-reads A and B from L2/HBM once per (BM+BN) columns/rows and computes BM*BN outputs; one K-iteration
+  of a tile costs BM*BN/efficiency, relative to the 128x256 tile's (the unit of time below);
+* persistent / data-parallel: with `budget` SMs the tiles run in `ceil(tiles / budget)` waves of k_iters
+  iterations each, and no faster than streaming A, B and D through device memory once (`_HBM_BYTES_PER_ITER`);
+* Stream-K (`streamk_split`): whole waves stay data-parallel; the K-iterations of the `tiles % budget` tiles of
+  the last, partial wave are split evenly over all programs, so that wave costs `ceil(rem * k_iters / P)`
+  iterations instead of k_iters. The fixup adds `_SK_FIXUP_BASE` plus, per program sharing a split tile,
+  `_SK_FIXUP_PER_SHARER` scaled by the partial tile's size (publishing / reading it through the workspace and
+  waiting for it; fitted on the H200, docs/performance.md). Splits thinner than `_SK_MIN_ITERS` iterations per
+  program are not considered: they stay data-parallel (persistent). Split tiles advance through K out of step,
+  so an operand panel that several of them share is fetched from device memory once per tile unless that
+  operand's split region fits in L2. `auto` takes Stream-K only when it is predicted `1 - _SK_MARGIN` faster
+  (the model's accuracy: within a few percent either way is a tie, and the persistent loop has no fixup risk);
+* the cheapest (tile, schedule) wins (ties go to the larger tile); the pipeline depth is the most stages of
+  (BM + BN) * BK operand bytes that fit in shared memory, at most 4 (3 for the largest tile, whose fp32
+  epilogue scratch also needs room).
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ import torch
 
 from ._device import DeviceSpec
 
-SCHEDULES = ("auto", "data_parallel", "persistent")
+SCHEDULES = ("auto", "data_parallel", "persistent", "streamk")
 
 _ELEMENT_BYTES = {
     torch.float32: 4,
@@ -49,6 +60,14 @@ _CANDIDATE_TILES = (
 )
 _REFERENCE_INTENSITY = 128 * 256 / (128 + 256)
 _SMEM_RESERVE = 16 * 1024  # bytes kept free for the epilogue's layout conversions and barriers
+_SK_MIN_ITERS = 2  # fewest K-iterations per Stream-K program; thinner splits run data-parallel
+# Stream-K fixup cost in reference-tile iterations (~0.85 us each on the H200), fitted to 66 measured shapes and
+# budgets (scripts/sweep_streamk.py, docs/performance.md): a fixed part (the flag round trip, the workspace
+# traffic's latency) plus, per program sharing a split tile, a part proportional to the partial tile's bytes.
+_SK_FIXUP_BASE = 3.0
+_SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
+_SK_MARGIN = 0.97
+_HBM_BYTES_PER_ITER = 3.4e6  # device-memory bytes the chip streams in one reference iteration (~4 TB/s x 0.85 us)
 
 
 @dataclass(frozen=True)
@@ -75,7 +94,7 @@ class TileConfig:
 class Plan:
     """Everything a launch needs besides the tensors."""
 
-    schedule: str  # the schedule that runs: "data_parallel" or "persistent"
+    schedule: str  # the schedule that runs: "data_parallel", "persistent" or "streamk"
     config: TileConfig
     num_tiles: int
     num_programs: int  # the launch grid; <= sm_budget unless schedule == "data_parallel" with no budget
@@ -83,6 +102,18 @@ class Plan:
     k_iters: int  # BLOCK_K steps per tile
     even_k: bool  # K % BLOCK_K == 0: the K loop needs no mask
     input_precision: str  # tl.dot's input_precision; only fp32 operands read it ("ieee" unless TF32 is allowed)
+    dp_tiles: int  # tiles computed whole by the tile loop; the K-iterations of the rest are split (Stream-K)
+
+    @property
+    def sk_tiles(self) -> int:
+        return self.num_tiles - self.dp_tiles
+
+    @property
+    def workspace_numel(self) -> int:
+        """fp32 elements of Stream-K scratch: a partial tile per program and per split tile, then int64 flags."""
+        if not self.sk_tiles:
+            return 0
+        return (self.num_programs + self.sk_tiles) * self.config.block_m * self.config.block_n + 2 * self.num_programs
 
 
 def element_bytes(dtype: torch.dtype) -> int:
@@ -98,8 +129,73 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
-def choose_config(m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, budget: int) -> TileConfig:
-    """The tile configuration the model above predicts fastest for an (m, n, k) GEMM on `budget` SMs."""
+def streamk_split(num_tiles: int, k_iters: int, budget: int) -> tuple[int, int] | None:
+    """(dp_tiles, num_programs) of the hybrid Stream-K schedule, or None when nothing would be split.
+
+    Whole waves stay data-parallel; the K-iterations of the last, partial wave are split evenly over the
+    programs. With fewer tiles than SMs, the grid shrinks so that every program gets >= _SK_MIN_ITERS iterations.
+    """
+    full_waves, rem = divmod(num_tiles, budget)
+    if rem == 0:
+        return None  # every wave is full: nothing to balance
+    sk_iters = rem * k_iters
+    programs = budget if full_waves else min(budget, sk_iters // _SK_MIN_ITERS)
+    if programs <= rem or sk_iters < programs * _SK_MIN_ITERS:
+        return None  # a split this thin (or none at all) only adds fixup work
+    return full_waves * budget, programs
+
+
+def modelled_time(
+    cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2_bytes: int = 50 * 2**20
+) -> float:
+    """Critical-path time of `schedule` with tile `cfg`, in iterations of the reference tile (inf: not applicable).
+
+    See the module docstring: one K-iteration of a (BM, BN) tile costs BM * BN / efficiency reference units,
+    scaled by its BLOCK_K bytes; no schedule beats streaming its device-memory bytes; a Stream-K fixup costs
+    _SK_FIXUP_BASE plus _SK_FIXUP_PER_SHARER (scaled by the partial tile's size) per program sharing a split tile.
+    """
+    elem = element_bytes(dtype)
+    rows, cols = math.ceil(m / cfg.block_m), math.ceil(n / cfg.block_n)
+    tiles = rows * cols
+    k_iters = math.ceil(k / cfg.block_k)
+    efficiency = min(1.0, cfg.block_m * cfg.block_n / (cfg.block_m + cfg.block_n) / _REFERENCE_INTENSITY)
+    iteration = cfg.block_m * cfg.block_n / efficiency / (128 * 256) * cfg.block_k * elem / 128
+    hbm_bytes = (m * k + k * n) * elem + m * n * 2  # operands once (grouped tile order), a 16-bit result
+    if schedule != "streamk":
+        return max(math.ceil(tiles / budget) * k_iters * iteration, hbm_bytes / _HBM_BYTES_PER_ITER)
+    split = streamk_split(tiles, k_iters, budget)
+    if split is None:
+        return math.inf
+    dp_tiles, programs = split
+    per_program = (tiles - dp_tiles) * k_iters / programs
+    sharers = k_iters / per_program + 1  # programs a split tile spans, on average
+    fixup = _SK_FIXUP_BASE + sharers * _SK_FIXUP_PER_SHARER * cfg.block_m * cfg.block_n / (128 * 256)
+    # Split tiles advance through K out of step, so a panel of A or B shared by several of them is fetched once per
+    # tile unless that operand's split region stays in L2 (the split tiles are the last ones, GROUP_M rows deep).
+    sk_rows = min(rows, 8, tiles - dp_tiles)
+    sk_cols = math.ceil((tiles - dp_tiles) / sk_rows)
+    b_region, a_region = sk_cols * cfg.block_n * k * elem, sk_rows * cfg.block_m * k * elem
+    hbm_bytes += (sk_rows - 1) * b_region * (b_region > l2_bytes)
+    hbm_bytes += (sk_cols - 1) * a_region * (a_region > l2_bytes)
+    compute = (dp_tiles // programs * k_iters + math.ceil(per_program)) * iteration
+    return max(compute, hbm_bytes / _HBM_BYTES_PER_ITER) + fixup
+
+
+def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2: int) -> float:
+    """modelled_time, Stream-K's divided by _SK_MARGIN: it must win clearly to be chosen."""
+    return modelled_time(cfg, m, n, k, dtype, budget, schedule, l2) / (_SK_MARGIN if schedule == "streamk" else 1.0)
+
+
+def choose_config(
+    m: int,
+    n: int,
+    k: int,
+    dtype: torch.dtype,
+    spec: DeviceSpec,
+    budget: int,
+    schedules: tuple[str, ...] = ("persistent",),
+) -> tuple[TileConfig, str]:
+    """The tile configuration and schedule (one of `schedules`) the model above predicts fastest on `budget` SMs."""
     elem = element_bytes(dtype)
     block_k = 128 // elem * (2 if m <= 64 else 1)
     block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
@@ -112,11 +208,13 @@ def choose_config(m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, 
         stages = min(3 if bm * bn >= 128 * 256 else 4, (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes)
         if stages < 2:
             continue
-        tiles = math.ceil(m / bm) * math.ceil(n / bn)
-        efficiency = min(1.0, bm * bn / (bm + bn) / _REFERENCE_INTENSITY)
-        cost = math.ceil(tiles / budget) * bm * bn / efficiency
-        if cost < best_cost:
-            best, best_cost = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages), cost
+        cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages)
+        for schedule in schedules:
+            cost = _cost(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes)
+            if cost < best_cost:
+                best, best_cost = (cfg, schedule), cost
+    if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
+        return choose_config(m, n, k, dtype, spec, budget)
     assert best is not None, "the smallest candidate tile always fits"
     return best
 
@@ -148,24 +246,32 @@ def make_plan(
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     budget = resolve_budget(num_sms, spec)
-    cfg = config or choose_config(m, n, k, dtype, spec, budget)
+    wanted = {"auto": ("persistent", "streamk"), "streamk": ("streamk",)}.get(schedule, ("persistent",))
+    if config is None:
+        cfg, chosen = choose_config(m, n, k, dtype, spec, budget, wanted)
+    else:
+        cfg = config
+        chosen = min(wanted, key=lambda s: _cost(cfg, m, n, k, dtype, budget, s, spec.l2_bytes))
     if cfg.block_k < min_block_k(dtype):
         raise ValueError(f"{dtype} needs block_k >= {min_block_k(dtype)}, got {cfg}")
     num_tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
-    if schedule == "auto":
-        # Persistent: measured at least as fast as one program per tile for the 128x256 tiles that large
-        # problems get (docs/performance.md), and it never occupies more SMs than the budget.
-        schedule = "persistent"
-    if schedule == "data_parallel" and num_sms is not None:
-        schedule = "persistent"  # an explicit budget caps the grid on every path
-    num_programs = num_tiles if schedule == "data_parallel" else min(budget, num_tiles)
+    k_iters = math.ceil(k / cfg.block_k)
+    split = streamk_split(num_tiles, k_iters, budget) if chosen == "streamk" else None
+    if split is not None:
+        schedule, (dp_tiles, num_programs) = "streamk", split
+    elif schedule == "data_parallel" and num_sms is None:
+        dp_tiles = num_programs = num_tiles  # one program per tile; an explicit budget caps the grid instead
+    else:
+        # Persistent also for "streamk" when nothing needs splitting (every wave full, or splits too thin).
+        schedule, dp_tiles, num_programs = "persistent", num_tiles, min(budget, num_tiles)
     return Plan(
         schedule=schedule,
         config=cfg,
         num_tiles=num_tiles,
         num_programs=max(1, num_programs),
         sm_budget=budget,
-        k_iters=math.ceil(k / cfg.block_k),
+        k_iters=k_iters,
         even_k=k % cfg.block_k == 0,
         input_precision="ieee" if (dtype == torch.float32 and not tf32) else "tf32",
+        dp_tiles=dp_tiles,
     )

@@ -1,7 +1,8 @@
 """The GEMM kernel: D = alpha * (A @ B) * scales + beta * C over a tile schedule.
 
-One kernel serves the data-parallel and persistent schedules: program `pid` takes tiles pid, pid + P, ...
-where P is the grid size (P == number of tiles for data-parallel, P <= SM budget for persistent).
+One kernel serves every schedule. Program `pid` of P first takes whole tiles pid, pid + P, ... below `dp_tiles`
+(P == number of tiles for data-parallel, P <= SM budget for persistent). With STREAMK, the K-iterations of the
+remaining tiles are then split evenly over the P programs (see `streamk_tiles`).
 """
 
 import triton
@@ -11,25 +12,31 @@ from .common import epilogue, k_loop, smid, tile_coords
 
 
 @triton.jit
+def _first_owner(it, base, extra):
+    """The program whose Stream-K range holds iteration `it` (programs < extra own base + 1 iterations, others base)."""
+    boundary = extra * (base + 1)
+    return tl.where(it < boundary, it // (base + 1), extra + (it - boundary) // base)
+
+
+@triton.jit(do_not_specialize=["epoch"])
 def gemm_kernel(
-    a_ptr, b_ptr, d_ptr, c_ptr, sa_ptr, sb_ptr, smid_ptr,
+    a_ptr, b_ptr, d_ptr, c_ptr, sa_ptr, sb_ptr, ws_ptr, smid_ptr,
     M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn,
     stride_dm, stride_dn, stride_cm, stride_cn, stride_sa, stride_sb,
-    num_programs, alpha, beta,
+    num_programs, dp_tiles, epoch, alpha, beta,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
-    RECORD_SMID: tl.constexpr,
+    STREAMK: tl.constexpr, FIXUP_N: tl.constexpr, RECORD_SMID: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if RECORD_SMID:
         tl.store(smid_ptr + pid, smid())
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
     k_iters = tl.cdiv(K, BLOCK_K)
-    for tile_id in range(pid, num_tiles, num_programs):
+    for tile_id in range(pid, dp_tiles, num_programs):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = k_loop(
             a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -41,3 +48,68 @@ def gemm_kernel(
             sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
             HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER,
         )
+    if STREAMK:
+        # Stream-K over the tiles from dp_tiles on, their K-iterations numbered tile-major from 0: program pid owns
+        # the contiguous range [start, end), base or base + 1 iterations (the planner makes base >= 2).
+        sk_iters = (num_pid_m * num_pid_n - dp_tiles) * k_iters
+        base = sk_iters // num_programs
+        extra = sk_iters % num_programs
+        start = pid * base + tl.minimum(pid, extra)
+        end = start + base + (pid < extra).to(tl.int32)
+        # Workspace: fp32 tiles, slot p < P holding program p's published partial, slot P + t the finishing program's
+        # own partial of split tile t; then one int64 flag per program. A flag holds `epoch` (this launch's random
+        # id) while its partial is published, and is reset to 0 by the one program that reads it.
+        tile_elems = BLOCK_M * BLOCK_N
+        num_slots = num_programs + num_pid_m * num_pid_n - dp_tiles
+        p_flags = (ws_ptr + num_slots * tile_elems).to(tl.pointer_type(tl.int64))
+        offs_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        # Walk the range from its end: the first segment done is the one a higher program waits for (the end of
+        # a range is mid-tile unless it is a tile boundary), so partials are published as early as possible.
+        seg_end = end
+        while seg_end > start:
+            tile = (seg_end - 1) // k_iters
+            tile_start = tile * k_iters
+            seg_start = tl.maximum(start, tile_start)
+            pid_m, pid_n = tile_coords(dp_tiles + tile, num_pid_m, num_pid_n, GROUP_M)
+            acc = k_loop(
+                a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                pid_m, pid_n, seg_start - tile_start, seg_end - tile_start,
+                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64,
+            )
+            if seg_end < tile_start + k_iters:
+                # The tile's last iterations belong to pid + 1: publish this partial sum for it. At most one per
+                # program (only the range's last segment can end mid-tile), so slot `pid` is never reused.
+                tl.store(ws_ptr + pid * tile_elems + offs_tile, acc, cache_modifier=".cg")
+                tl.debug_barrier()  # every thread's partial is written before the flag goes up
+                tl.atomic_xchg(p_flags + pid, epoch, sem="release", scope="gpu")
+            elif seg_start == tile_start:
+                epilogue(
+                    acc, pid_m, pid_n, M, N, d_ptr, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
+                    sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
+                    HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER,
+                )
+            else:
+                # This program finishes a tile that lower programs started. Its own partial joins theirs in the
+                # workspace; then the tile is summed in program order (deterministic) and finished by the one
+                # epilogue, FIXUP_N columns at a time so that no full-tile partial sits in registers beside acc.
+                # Waiting only on lower programs keeps the kernel deadlock-free (docs/streamk.md) and runnable by
+                # the in-order interpreter.
+                first = _first_owner(tile_start, base, extra)
+                p_own = ws_ptr + (num_programs + tile) * tile_elems
+                tl.store(p_own + offs_tile, acc, cache_modifier=".cg")
+                for p in range(first, pid):
+                    while tl.atomic_cas(p_flags + p, epoch, epoch * 0, sem="acquire", scope="gpu") != epoch:
+                        pass
+                tl.debug_barrier()  # this program's own stores are visible to all of its threads
+                for j in tl.static_range(BLOCK_N // FIXUP_N):
+                    offs = j * FIXUP_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, FIXUP_N)[None, :]
+                    part = tl.load(ws_ptr + first * tile_elems + offs, cache_modifier=".cg")
+                    for p in range(first + 1, pid):
+                        part += tl.load(ws_ptr + p * tile_elems + offs, cache_modifier=".cg")
+                    part += tl.load(p_own + offs, cache_modifier=".cg")
+                    epilogue(
+                        part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_ptr, stride_dm, stride_dn,
+                        c_ptr, stride_cm, stride_cn, sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
+                        HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N, USE_INT64, INTERPRETER,
+                    )
+            seg_end = seg_start
