@@ -2,7 +2,8 @@
 
 `num_sms` is the SM budget: None lets the GEMM use every SM of the tensors' device; an int >= 1 (clamped to the
 device's SM count) caps the launch grid, so the GEMM never occupies more SMs than that and the rest of the chip
-stays free for other work. `schedule` is "auto", "data_parallel" or "persistent".
+stays free for other work. `schedule` is "auto", "data_parallel", "persistent" or "streamk" (README.md,
+docs/streamk.md); every schedule gives the same result for the same inputs and budget on every run.
 """
 
 from __future__ import annotations
