@@ -4,10 +4,17 @@
     y = smgemm.matmul(a, b, num_sms=66)          # never occupies more than 66 SMs
     y = smgemm.addmm(bias, a, b, schedule="persistent")
     y = smgemm.linear(x, weight, bias)
+    with smgemm.sm_budget(100):                   # a block of code, modules included
+        y = model(x)
+    smgemm.nn.swap_linears(model)                 # nn.Linear -> smgemm.nn.Linear, in place
+
+The functions are differentiable, traceable by torch.compile (custom ops `torch.ops.smgemm.*`) and capturable
+in CUDA graphs.
 """
 
-from .ops import addmm, linear, matmul
+from . import nn
+from .ops import addmm, linear, matmul, sm_budget
 from .plan import SCHEDULES, Plan, TileConfig, make_plan
 
-__all__ = ["SCHEDULES", "Plan", "TileConfig", "addmm", "linear", "make_plan", "matmul"]
+__all__ = ["SCHEDULES", "Plan", "TileConfig", "addmm", "linear", "make_plan", "matmul", "nn", "sm_budget"]
 __version__ = "0.1.0"

@@ -91,6 +91,36 @@ def _scale_stride(name: str, scale: torch.Tensor | None, length: int, device: to
     return scale.stride(0) if scale.dim() == 1 else scale.stride(0 if axis == "row" else 1)
 
 
+def check_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    """(M, K, N) of a [M, K] @ [K, N] product, after checking types, ranks, shapes, dtypes and devices.
+
+    Needs no data, so the custom ops' fake implementations (torch.compile tracing) run it too.
+    """
+    _check_tensor("a", a)
+    _check_tensor("b", b)
+    if a.dim() != 2:
+        raise ValueError(f"a must be 2-D (M, K), got shape {tuple(a.shape)}")
+    if b.dim() != 2:
+        raise ValueError(f"b must be 2-D (K, N), got shape {tuple(b.shape)}")
+    (m, k), (kb, n) = a.shape, b.shape
+    if k != kb:
+        raise ValueError(f"a.shape[1] (K={k}) must equal b.shape[0] (got {kb}): a is {tuple(a.shape)}, "
+                         f"b is {tuple(b.shape)}")
+    if a.dtype not in INPUT_DTYPES:
+        raise TypeError(f"a has unsupported dtype {a.dtype}; supported: {INPUT_DTYPES}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
+    _check_device("b", b, a.device)
+    return m, k, n
+
+
+def check_knobs(schedule: str, num_sms: int | None) -> None:
+    if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
+        raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+
+
 def resolve_out_dtype(in_dtype: torch.dtype, out_dtype: torch.dtype | None) -> torch.dtype:
     if out_dtype is None:
         return torch.bfloat16 if in_dtype == _FP8 else in_dtype
@@ -120,31 +150,14 @@ def gemm(
     `config` forces a tile configuration (tests, tuning); `smid_out` (int32, at least grid-size elements) receives
     the SM id each program ran on (GPU only).
     """
-    _check_tensor("a", a)
-    _check_tensor("b", b)
-    if a.dim() != 2:
-        raise ValueError(f"a must be 2-D (M, K), got shape {tuple(a.shape)}")
-    if b.dim() != 2:
-        raise ValueError(f"b must be 2-D (K, N), got shape {tuple(b.shape)}")
-    (m, k), (kb, n) = a.shape, b.shape
-    if k != kb:
-        raise ValueError(f"a.shape[1] (K={k}) must equal b.shape[0] (got {kb}): a is {tuple(a.shape)}, "
-                         f"b is {tuple(b.shape)}")
-    if a.dtype not in INPUT_DTYPES:
-        raise TypeError(f"a has unsupported dtype {a.dtype}; supported: {INPUT_DTYPES}")
-    if b.dtype != a.dtype:
-        raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
+    m, k, n = check_operands(a, b)
     device = a.device
-    _check_device("b", b, device)
     if device.type != "cuda" and not (device.type == "cpu" and interpreter_active()):
         raise ValueError(
             f"a is on {device}: smgemm runs on CUDA tensors (CPU tensors only under the Triton interpreter, "
             "TRITON_INTERPRET=1 set before triton is imported)"
         )
-    if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
-        raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    check_knobs(schedule, num_sms)
     out_dtype = resolve_out_dtype(a.dtype, out_dtype)
 
     if (scale_a is not None or scale_b is not None) and a.dtype != _FP8:

@@ -4,13 +4,92 @@
 device's SM count) caps the launch grid, so the GEMM never occupies more SMs than that and the rest of the chip
 stays free for other work. `schedule` is "auto", "data_parallel", "persistent" or "streamk" (README.md,
 docs/streamk.md); every schedule gives the same result for the same inputs and budget on every run.
+
+Arguments left as None take the values of the innermost `sm_budget(...)` block of the calling thread (then the
+whole device and "auto"). Calls that autograd must record, and calls traced by torch.compile, go through the
+`smgemm::gemm` custom op (`_library.py`); other eager calls run the same kernel without the dispatcher.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import torch
 
+from . import _library
 from ._gemm import gemm
+from .plan import SCHEDULES
+
+
+class _Defaults(threading.local):
+    """Per-thread defaults set by `sm_budget` (thread-local, like torch's autocast state)."""
+
+    num_sms: int | None = None
+    schedule: str | None = None
+
+
+_DEFAULTS = _Defaults()
+
+
+@contextlib.contextmanager
+def sm_budget(num_sms: int | None, schedule: str | None = None) -> Iterator[None]:
+    """Run the smgemm GEMMs of this block (and modules inside it) on at most `num_sms` SMs, with `schedule`.
+
+    Explicit `num_sms=` / `schedule=` arguments and module settings win over the block's. Blocks nest; the setting
+    is per thread and is read when a GEMM is called (or traced: torch.compile guards on it and recompiles when it
+    changes). `num_sms=None` inside an outer block restores the whole device.
+
+        with smgemm.sm_budget(66):
+            y = model(x)          # every swapped Linear uses <= 66 SMs
+    """
+    if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
+        raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
+    if schedule is not None and schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    saved = _DEFAULTS.num_sms, _DEFAULTS.schedule
+    _DEFAULTS.num_sms = num_sms
+    if schedule is not None:
+        _DEFAULTS.schedule = schedule
+    try:
+        yield
+    finally:
+        _DEFAULTS.num_sms, _DEFAULTS.schedule = saved
+
+
+def _run(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    c: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    scale_a: torch.Tensor | None = None,
+    scale_b: torch.Tensor | None = None,
+    schedule: str | None = None,
+    num_sms: int | None = None,
+) -> torch.Tensor:
+    """Resolve defaults, then call the kernel directly or through the custom op (autograd, torch.compile)."""
+    schedule = schedule or _DEFAULTS.schedule or "auto"
+    num_sms = num_sms if num_sms is not None else _DEFAULTS.num_sms
+    tracked = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, c, scale_a, scale_b))
+    if out is not None:
+        if tracked:
+            raise RuntimeError("smgemm: out= does not support automatic differentiation, but an input requires "
+                               "grad; call without out= (or under torch.no_grad())")
+        if torch.compiler.is_compiling():
+            _library.gemm_out_op(a, b, c, float(alpha), float(beta), scale_a, scale_b, schedule, num_sms, out)
+            return out
+        return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, scale_a=scale_a,
+                    scale_b=scale_b, schedule=schedule, num_sms=num_sms)
+    if tracked or torch.compiler.is_compiling():
+        return _library.gemm_op(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule, num_sms)
+    return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
+                schedule=schedule, num_sms=num_sms)
 
 
 def matmul(
@@ -21,21 +100,21 @@ def matmul(
     out_dtype: torch.dtype | None = None,
     scale_a: torch.Tensor | None = None,
     scale_b: torch.Tensor | None = None,
-    schedule: str = "auto",
+    schedule: str | None = None,
     num_sms: int | None = None,
 ) -> torch.Tensor:
     """`a @ b` for a: [M, K] and b: [K, N], any strides (transposed views need no copy).
 
     dtypes: bf16, fp16, fp32 (TF32 when torch allows it for matmuls) and float8_e4m3fn. The result has the inputs'
     dtype (bf16 for fp8) unless `out_dtype` says otherwise. For fp8, `scale_a` (one value or [M, 1]) and
-    `scale_b` (one value or [1, N]) dequantize the product as in `torch._scaled_mm`.
+    `scale_b` (one value or [1, N]) dequantize the product as in `torch._scaled_mm`. Differentiable (not fp8).
 
     Example::
 
         c = smgemm.matmul(a, b.t(), num_sms=66)  # uses at most 66 SMs
     """
-    return gemm(a, b, out=out, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
-                schedule=schedule, num_sms=num_sms)
+    return _run(a, b, out=out, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, schedule=schedule,
+                num_sms=num_sms)
 
 
 def addmm(
@@ -49,7 +128,7 @@ def addmm(
     out_dtype: torch.dtype | None = None,
     scale_a: torch.Tensor | None = None,
     scale_b: torch.Tensor | None = None,
-    schedule: str = "auto",
+    schedule: str | None = None,
     num_sms: int | None = None,
 ) -> torch.Tensor:
     """`beta * input + alpha * (a @ b)` as `torch.addmm`; `input` broadcasts to [M, N] (e.g. a bias [N]).
@@ -57,8 +136,8 @@ def addmm(
     `out=input` updates a [M, N] `input` in place (C = alpha * A @ B + beta * C). With beta == 0 `input` is not
     read, so NaN in it does not propagate.
     """
-    return gemm(a, b, c=input, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
-                scale_a=scale_a, scale_b=scale_b, schedule=schedule, num_sms=num_sms)
+    return _run(a, b, c=input, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, scale_a=scale_a,
+                scale_b=scale_b, schedule=schedule, num_sms=num_sms)
 
 
 def linear(
@@ -69,7 +148,7 @@ def linear(
     out_dtype: torch.dtype | None = None,
     scale_a: torch.Tensor | None = None,
     scale_b: torch.Tensor | None = None,
-    schedule: str = "auto",
+    schedule: str | None = None,
     num_sms: int | None = None,
 ) -> torch.Tensor:
     """`x @ weight.T + bias` as `torch.nn.functional.linear`: x [..., K], weight [N, K], bias [N] -> [..., N].
@@ -91,6 +170,6 @@ def linear(
         scale_a = scale_a.reshape(-1, 1)
     if scale_b is not None and isinstance(scale_b, torch.Tensor) and scale_b.numel() > 1:
         scale_b = scale_b.reshape(1, -1)
-    y = gemm(x2, weight.t(), c=bias, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
-             schedule=schedule, num_sms=num_sms)
+    y = _run(x2, weight.t(), c=bias, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, schedule=schedule,
+             num_sms=num_sms)
     return y.reshape(*lead, weight.shape[0])

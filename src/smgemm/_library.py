@@ -1,0 +1,101 @@
+"""The torch.library custom ops (namespace `smgemm`) around `_gemm.gemm`, with fake kernels and autograd.
+
+They are what `torch.compile` traces (an opaque op with a fake implementation: no graph break, dynamic M),
+what autograd differentiates, and what CUDA graphs capture. Eager calls that need neither autograd nor tracing
+skip the dispatcher and call `gemm` directly (ops.py): the same kernel, ~10 us less host time.
+
+    smgemm::gemm(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms) -> Tensor
+    smgemm::gemm_out(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, out!) -> ()
+
+Backward: for D = alpha * A @ B + beta * C, dA = alpha * dD @ B^T and dB = alpha * A^T @ dD, each computed by the
+same kernel on transposed *views* and laid out like the input it is the gradient of (a column-major B, such as
+`weight.t()` in a Linear, gets its gradient as the transpose of a row-major product, so `weight.grad` comes out
+contiguous); dC = beta * dD summed to C's broadcast shape.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._gemm import check_knobs, check_operands, gemm, resolve_out_dtype
+
+_FP8 = torch.float8_e4m3fn
+
+
+@torch.library.custom_op("smgemm::gemm", mutates_args=())
+def gemm_op(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None,
+    alpha: float,
+    beta: float,
+    out_dtype: torch.dtype | None,
+    scale_a: torch.Tensor | None,
+    scale_b: torch.Tensor | None,
+    schedule: str,
+    num_sms: int | None,
+) -> torch.Tensor:
+    return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
+                schedule=schedule, num_sms=num_sms)
+
+
+@gemm_op.register_fake
+def _gemm_fake(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
+    check_knobs(schedule, num_sms)
+    m, _, n = check_operands(a, b)
+    return a.new_empty((m, n), dtype=resolve_out_dtype(a.dtype, out_dtype))
+
+
+@torch.library.custom_op("smgemm::gemm_out", mutates_args=("out",))
+def gemm_out_op(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None,
+    alpha: float,
+    beta: float,
+    scale_a: torch.Tensor | None,
+    scale_b: torch.Tensor | None,
+    schedule: str,
+    num_sms: int | None,
+    out: torch.Tensor,
+) -> None:
+    gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out.dtype, scale_a=scale_a, scale_b=scale_b,
+         schedule=schedule, num_sms=num_sms)
+
+
+@gemm_out_op.register_fake
+def _gemm_out_fake(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, out):
+    check_knobs(schedule, num_sms)
+    check_operands(a, b)
+
+
+def _product_like(like: torch.Tensor, x: torch.Tensor, y: torch.Tensor, alpha: float, schedule: str,
+                  num_sms: int | None) -> torch.Tensor:
+    """alpha * x @ y in `like`'s dtype and layout: a column-major `like` gets (y^T @ x^T)^T, a view of a row-major
+    product, so neither operand nor result is ever copied into a transposed layout."""
+    if like.stride(0) == 1 and like.stride(1) != 1:
+        return gemm_op(y.t(), x.t(), None, alpha, 0.0, like.dtype, None, None, schedule, num_sms).t()
+    return gemm_op(x, y, None, alpha, 0.0, like.dtype, None, None, schedule, num_sms)
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, c, alpha, beta, _, scale_a, scale_b, schedule, num_sms = inputs
+    ctx.save_for_backward(a, b)
+    ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
+    ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
+    ctx.scaled = a.dtype == _FP8 or scale_a is not None or scale_b is not None
+
+
+def _backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    need_a, need_b, need_c = ctx.needs_input_grad[:3]
+    if ctx.scaled and (need_a or need_b or any(ctx.needs_input_grad[6:8])):
+        raise NotImplementedError("smgemm: autograd through float8 GEMMs and their scales is not supported")
+    g = grad if grad.dtype == a.dtype else grad.to(a.dtype)
+    grad_a = _product_like(a, g, b.t(), ctx.alpha, ctx.schedule, ctx.num_sms) if need_a else None
+    grad_b = _product_like(b, a.t(), g, ctx.alpha, ctx.schedule, ctx.num_sms) if need_b else None
+    grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape).to(ctx.c_dtype) if need_c else None
+    return grad_a, grad_b, grad_c, None, None, None, None, None, None, None
+
+
+gemm_op.register_autograd(_backward, setup_context=_setup_context)
