@@ -257,3 +257,20 @@ def test_compiled_backward(device):
     torch.nn.functional.linear(x, w).square().sum().backward()
     torch.testing.assert_close(gx, x.grad, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gw, w.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_module_backward_and_compile_on_second_gpu():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs a second GPU")
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(256, 384, device="cuda:1", dtype=torch.bfloat16)
+    ours = smgemm.nn.Linear.from_linear(lin, schedule="streamk")
+    x = randn((64, 256), torch.bfloat16, "cuda:1").requires_grad_()
+    y = torch.compile(ours, backend="aot_eager", fullgraph=True)(x)
+    assert y.device == torch.device("cuda:1")
+    y.float().sum().backward()
+    assert x.grad.device == torch.device("cuda:1") and lin.weight.grad.device == torch.device("cuda:1")
+    g = torch.ones_like(y)
+    assert_gemm_close(x.grad, g, lin.weight.detach())
+    assert_gemm_close(lin.weight.grad, g.t(), x.detach())

@@ -5,15 +5,14 @@ device's SM count) caps the launch grid, so the GEMM never occupies more SMs tha
 stays free for other work. `schedule` is "auto", "data_parallel", "persistent" or "streamk" (README.md,
 docs/streamk.md); every schedule gives the same result for the same inputs and budget on every run.
 
-Arguments left as None take the values of the innermost `sm_budget(...)` block of the calling thread (then the
-whole device and "auto"). Calls that autograd must record, and calls traced by torch.compile, go through the
+Arguments left as None take the values of the innermost `sm_budget(...)` block (then the whole device and
+"auto"). Calls that autograd must record, and calls traced by torch.compile, go through the
 `smgemm::gemm` custom op (`_library.py`); other eager calls run the same kernel without the dispatcher.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 
 import torch
@@ -23,8 +22,14 @@ from ._gemm import gemm
 from .plan import SCHEDULES
 
 
-class _Defaults(threading.local):
-    """Per-thread defaults set by `sm_budget` (thread-local, like torch's autocast state)."""
+class _Defaults:
+    """The defaults `sm_budget` sets: process-wide, like torch.backends flags.
+
+    Not thread-local on purpose: torch.compile must see the value to guard on it, and torch 2.11's Dynamo reads
+    `threading.local` attributes as their class defaults (measured on the H200 machine: a compiled call inside
+    `sm_budget(4)` got None), which would silently drop the budget. Threads that need different budgets at the
+    same time pass `num_sms=` (or set it on their modules) instead.
+    """
 
     num_sms: int | None = None
     schedule: str | None = None
@@ -38,8 +43,8 @@ def sm_budget(num_sms: int | None, schedule: str | None = None) -> Iterator[None
     """Run the smgemm GEMMs of this block (and modules inside it) on at most `num_sms` SMs, with `schedule`.
 
     Explicit `num_sms=` / `schedule=` arguments and module settings win over the block's. Blocks nest; the setting
-    is per thread and is read when a GEMM is called (or traced: torch.compile guards on it and recompiles when it
-    changes). `num_sms=None` inside an outer block restores the whole device.
+    is process-wide (see `_Defaults`) and is read when a GEMM is called, or traced: torch.compile guards on it and
+    recompiles when it changes. `num_sms=None` inside an outer block restores the whole device.
 
         with smgemm.sm_budget(66):
             y = model(x)          # every swapped Linear uses <= 66 SMs
