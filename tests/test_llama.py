@@ -51,3 +51,21 @@ def test_swapped_llama_trains_and_compiles(device):
     compiled = torch.compile(swapped, backend="aot_eager", fullgraph=True)
     with torch.no_grad():
         torch.testing.assert_close(compiled(ids).logits, swapped(ids).logits, rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def test_mxfp4_llama_matches_dequantized_reference(device):
+    model = tiny_llama(device)
+    quantized = copy.deepcopy(model)
+    smgemm.nn.swap_linears(quantized, mxfp4=True)
+    # The reference: the same model with every Linear weight replaced by its dequantized MXFP4 values.
+    reference = copy.deepcopy(model)
+    for name, module in quantized.named_modules():
+        if isinstance(module, smgemm.nn.MXFP4Linear):
+            reference.get_submodule(name).weight.copy_(module.weight.dequantize(torch.bfloat16))
+    exact = copy.deepcopy(reference).double()
+    ids = torch.randint(0, 128, (2, 12), device=device)
+    torch_err = (reference(ids).logits.double() - exact(ids).logits).abs().max().item()
+    ours = quantized(ids).logits
+    ours_err = (ours.double() - exact(ids).logits).abs().max().item()
+    assert ours_err <= 2 * torch_err + 1e-3, (ours_err, torch_err)  # as in test_swapped_llama_logits_match

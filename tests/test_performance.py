@@ -18,3 +18,11 @@ def test_streamk_against_other_schedules_and_torch():
     rows = bench_full_chip(shapes, torch.bfloat16, ["auto", "streamk", "data_parallel", "persistent"])
     print("\n" + _table(rows))
     assert all(r["rel err"] < 1e-2 for r in rows)
+
+
+def test_mxfp4_decode_and_large():
+    from smgemm.bench import bench_mxfp4
+
+    rows = bench_mxfp4([(16, 8192, 8192), (4096, 4096, 4096)]) + bench_mxfp4([(4096, 4096, 4096)], both=True)
+    print("\n" + _table(rows))
+    assert all(r["rel err"] < 1e-2 for r in rows)

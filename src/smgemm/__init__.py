@@ -7,14 +7,17 @@
     with smgemm.sm_budget(100):                   # a block of code, modules included
         y = model(x)
     smgemm.nn.swap_linears(model)                 # nn.Linear -> smgemm.nn.Linear, in place
+    y = smgemm.linear(x, smgemm.quantize_mxfp4(w))  # MXFP4 weight, dequantized inside the kernel
 
 The functions are differentiable, traceable by torch.compile (custom ops `torch.ops.smgemm.*`) and capturable
 in CUDA graphs.
 """
 
 from . import nn
+from .mxfp4 import MXFP4Tensor, quantize_mxfp4
 from .ops import addmm, linear, matmul, sm_budget
 from .plan import SCHEDULES, Plan, TileConfig, make_plan
 
-__all__ = ["SCHEDULES", "Plan", "TileConfig", "addmm", "linear", "make_plan", "matmul", "nn", "sm_budget"]
+__all__ = ["SCHEDULES", "MXFP4Tensor", "Plan", "TileConfig", "addmm", "linear", "make_plan", "matmul", "nn",
+           "quantize_mxfp4", "sm_budget"]
 __version__ = "0.1.0"

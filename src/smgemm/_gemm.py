@@ -16,6 +16,7 @@ import random
 import torch
 
 from ._device import device_spec, interpreter_active, tf32_enabled
+from .mxfp4 import MXFP4Tensor
 from .plan import INPUT_DTYPES, OUTPUT_DTYPES, SCHEDULES, Plan, TileConfig, make_plan
 
 _INT32_MAX = 2**31 - 1
@@ -129,6 +130,56 @@ def resolve_out_dtype(in_dtype: torch.dtype, out_dtype: torch.dtype | None) -> t
     return out_dtype
 
 
+def _check_c_and_out(
+    c: torch.Tensor | None,
+    out: torch.Tensor | None,
+    beta: float,
+    m: int,
+    n: int,
+    out_dtype: torch.dtype,
+    device: torch.device,
+    operands: list[tuple[str, torch.Tensor | None]],
+) -> tuple[torch.Tensor | None, torch.Tensor, bool]:
+    """Validate `input` (C, broadcast to [M, N]) and `out` (allocated when None); returns (c, out, has_c)."""
+    has_c = c is not None and beta != 0
+    if c is not None:
+        _check_tensor("input", c)
+        _check_device("input", c, device)
+        if c.dtype not in OUTPUT_DTYPES:
+            raise TypeError(f"input must be one of {OUTPUT_DTYPES}, got {c.dtype}")
+        if c.dim() > 2:
+            raise ValueError(f"input must be broadcastable to (M, N) = ({m}, {n}), got shape {tuple(c.shape)}")
+        try:
+            c = c.expand(m, n)
+        except RuntimeError:
+            raise ValueError(
+                f"input must be broadcastable to (M, N) = ({m}, {n}), got shape {tuple(c.shape)}"
+            ) from None
+
+    if out is None:
+        out = _empty((m, n), out_dtype, device)
+    else:
+        _check_tensor("out", out)
+        _check_device("out", out, device)
+        if tuple(out.shape) != (m, n):
+            raise ValueError(f"out must have shape (M, N) = ({m}, {n}), got {tuple(out.shape)}")
+        if out.dtype != out_dtype:
+            raise TypeError(f"out must have dtype {out_dtype} (the result dtype), got {out.dtype}")
+        if _has_internal_overlap(out):
+            raise ValueError(f"out has overlapping elements (strides {out.stride()}); it must be writable "
+                             "element by element")
+        for name, t in operands:
+            if t is not None and _overlaps(out, t):
+                raise ValueError(f"out overlaps {name}'s memory; it must not overwrite an operand")
+        if has_c and _overlaps(out, c) and not (
+            out.data_ptr() == c.data_ptr() and out.stride() == c.stride()
+        ):
+            raise ValueError("out overlaps input without being the same (M, N) view of it; pass out=input "
+                             "for an in-place update")
+
+    return c, out, has_c
+
+
 def gemm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -165,42 +216,8 @@ def gemm(
     stride_sa = _scale_stride("scale_a", scale_a, m, device, "row")
     stride_sb = _scale_stride("scale_b", scale_b, n, device, "column")
 
-    has_c = c is not None and beta != 0
-    if c is not None:
-        _check_tensor("input", c)
-        _check_device("input", c, device)
-        if c.dtype not in OUTPUT_DTYPES:
-            raise TypeError(f"input must be one of {OUTPUT_DTYPES}, got {c.dtype}")
-        if c.dim() > 2:
-            raise ValueError(f"input must be broadcastable to (M, N) = ({m}, {n}), got shape {tuple(c.shape)}")
-        try:
-            c = c.expand(m, n)
-        except RuntimeError:
-            raise ValueError(
-                f"input must be broadcastable to (M, N) = ({m}, {n}), got shape {tuple(c.shape)}"
-            ) from None
-
-    if out is None:
-        out = _empty((m, n), out_dtype, device)
-    else:
-        _check_tensor("out", out)
-        _check_device("out", out, device)
-        if tuple(out.shape) != (m, n):
-            raise ValueError(f"out must have shape (M, N) = ({m}, {n}), got {tuple(out.shape)}")
-        if out.dtype != out_dtype:
-            raise TypeError(f"out must have dtype {out_dtype} (the result dtype), got {out.dtype}")
-        if _has_internal_overlap(out):
-            raise ValueError(f"out has overlapping elements (strides {out.stride()}); it must be writable "
-                             "element by element")
-        named = [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)]
-        for name, t in named:
-            if t is not None and _overlaps(out, t):
-                raise ValueError(f"out overlaps {name}'s memory; it must not overwrite an operand")
-        if has_c and _overlaps(out, c) and not (
-            out.data_ptr() == c.data_ptr() and out.stride() == c.stride()
-        ):
-            raise ValueError("out overlaps input without being the same (M, N) view of it; pass out=input "
-                             "for an in-place update")
+    c, out, has_c = _check_c_and_out(c, out, beta, m, n, out_dtype, device,
+                                      [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)])
 
     if m == 0 or n == 0:
         return out
@@ -227,8 +244,8 @@ def gemm(
 
 def _kernel_args(
     plan: Plan,
-    a: torch.Tensor,
-    b: torch.Tensor,
+    a: torch.Tensor | MXFP4Tensor,
+    b: torch.Tensor | MXFP4Tensor,
     out: torch.Tensor,
     c: torch.Tensor | None,
     scale_a: torch.Tensor | None,
@@ -240,20 +257,30 @@ def _kernel_args(
     use_int64: bool,
     smid_out: torch.Tensor | None,
 ) -> tuple[tuple, tuple, tuple, dict]:
-    """gemm_kernel's runtime arguments, grouped (pointers, ints, floats) in signature order, and its meta."""
+    """gemm_kernel's runtime arguments, grouped (pointers, ints, floats) in signature order, and its meta.
+
+    `a` is [M, K] and `b` [K, N], except that an MXFP4 `b` is the [N, K] weight (packed along K).
+    """
     cfg = plan.config
+    a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
     stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
     tensors = (
-        a, b, out,
+        a.data if a_mx else a,
+        b.data if b_mx else b,
+        out,
         c if c is not None else out,
         scale_a if scale_a is not None else out,
         scale_b if scale_b is not None else out,
+        a.scales if a_mx else out,
+        b.scales if b_mx else out,
         _workspace(plan, out.device) if plan.sk_tiles else out,
         smid_out if smid_out is not None else out,
     )
     ints = (
-        a.shape[0], b.shape[1], a.shape[1],
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        out.shape[0], out.shape[1], a.shape[1],
+        *((a.data.stride(0), 1) if a_mx else a.stride()),
+        *((1, b.data.stride(0)) if b_mx else b.stride()),
+        a.scales.stride(0) if a_mx else 0, b.scales.stride(0) if b_mx else 0,
         out.stride(0), out.stride(1), stride_cm, stride_cn, stride_sa, stride_sb,
         plan.num_programs, plan.dp_tiles,
     )
@@ -264,8 +291,73 @@ def _kernel_args(
         INTERPRETER=a.device.type == "cpu",
         INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
         STREAMK=plan.sk_tiles > 0, FIXUP_N=min(64, cfg.block_n), RECORD_SMID=smid_out is not None,
+        A_MX=a_mx, B_MX=b_mx, MX_FP16=(a_mx or b_mx) and not a_mx and a.dtype == torch.float16,
     )
     return tensors, ints, (float(alpha), float(beta)), meta
+
+
+def gemm_mxfp4(
+    a: torch.Tensor | MXFP4Tensor,
+    w: MXFP4Tensor,
+    *,
+    c: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    schedule: str = "auto",
+    num_sms: int | None = None,
+    config: TileConfig | None = None,
+) -> torch.Tensor:
+    """alpha * a @ w.T + beta * c with an MXFP4 weight `w` [N, K] and `a` [M, K] bf16 / fp16 (weight-only) or MXFP4.
+
+    Both are dequantized inside the kernel (exactly, to bf16; to fp16 when `a` is fp16) and multiplied with fp32
+    accumulation; every schedule and `num_sms` work as for dense operands.
+    """
+    if not isinstance(w, MXFP4Tensor):
+        raise TypeError(f"w must be an MXFP4Tensor (smgemm.quantize_mxfp4), got {type(w).__name__}")
+    if w.dim() != 2:
+        raise ValueError(f"w must be a 2-D [N, K] MXFP4Tensor, got shape {tuple(w.shape)}")
+    if isinstance(a, MXFP4Tensor):
+        if a.dim() != 2:
+            raise ValueError(f"a must be a 2-D [M, K] MXFP4Tensor, got shape {tuple(a.shape)}")
+        dot_dtype = torch.bfloat16
+    else:
+        _check_tensor("a", a)
+        if a.dim() != 2:
+            raise ValueError(f"a must be 2-D (M, K), got shape {tuple(a.shape)}")
+        if a.dtype not in (torch.bfloat16, torch.float16):
+            raise TypeError(f"with an MXFP4 weight, a must be bfloat16, float16 or an MXFP4Tensor, got {a.dtype}")
+        dot_dtype = a.dtype
+    (m, k), (n, kw) = a.shape, w.shape
+    if k != kw:
+        raise ValueError(f"a.shape[1] (K={k}) must equal w.shape[1] (got {kw}): a is {tuple(a.shape)}, "
+                         f"w is {tuple(w.shape)}")
+    device = a.device
+    for name, t in (("w.data", w.data), ("w.scales", w.scales)) + (
+            (("a.data", a.data), ("a.scales", a.scales)) if isinstance(a, MXFP4Tensor) else ()):
+        _check_device(name, t, device)
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must be contiguous along K (stride 1 in its last dim), got strides {t.stride()}")
+    if device.type != "cuda" and not (device.type == "cpu" and interpreter_active()):
+        raise ValueError(f"a is on {device}: smgemm runs on CUDA tensors (CPU tensors only under the Triton "
+                         "interpreter)")
+    check_knobs(schedule, num_sms)
+    out_dtype = resolve_out_dtype(dot_dtype, out_dtype)
+    dense = [("a", a)] if isinstance(a, torch.Tensor) else [("a.data", a.data), ("a.scales", a.scales)]
+    c, out, has_c = _check_c_and_out(c, out, beta, m, n, out_dtype, device,
+                                      [*dense, ("w.data", w.data), ("w.scales", w.scales)])
+    if m == 0 or n == 0:
+        return out
+    plan = make_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
+    if plan.config.block_k < 32:
+        raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
+    tensors = [t for _, t in dense] + [w.data, out] + ([c] if has_c else [])
+    use_int64 = any(_needs_int64(t) for t in tensors)
+    other_device = device.type == "cuda" and device.index != torch.cuda.current_device()
+    with torch.cuda.device(device) if other_device else contextlib.nullcontext():
+        _launch(plan, a, w, out, c if has_c else None, None, None, 0, 0, alpha, beta, use_int64, None)
+    return out
 
 
 # Stream-K launch ids. A private generator, so that user code seeding `random` cannot make ids repeat (which would

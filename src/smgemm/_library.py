@@ -6,6 +6,7 @@ skip the dispatcher and call `gemm` directly (ops.py): the same kernel, ~10 us l
 
     smgemm::gemm(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms) -> Tensor
     smgemm::gemm_out(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, out!) -> ()
+    smgemm::gemm_mxfp4(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms) -> Tensor
 
 Backward: for D = alpha * A @ B + beta * C, dA = alpha * dD @ B^T and dB = alpha * A^T @ dD, each computed by the
 same kernel on transposed *views* and laid out like the input it is the gradient of (a column-major B, such as
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from ._gemm import check_knobs, check_operands, gemm, resolve_out_dtype
+from ._gemm import check_knobs, check_operands, gemm, gemm_mxfp4, resolve_out_dtype
+from .mxfp4 import MXFP4Tensor
 
 _FP8 = torch.float8_e4m3fn
 
@@ -99,3 +101,59 @@ def _backward(ctx, grad):
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("smgemm::gemm_mxfp4", mutates_args=())
+def gemm_mxfp4_op(
+    a: torch.Tensor,
+    a_scales: torch.Tensor | None,
+    w_data: torch.Tensor,
+    w_scales: torch.Tensor,
+    c: torch.Tensor | None,
+    alpha: float,
+    beta: float,
+    out_dtype: torch.dtype | None,
+    schedule: str,
+    num_sms: int | None,
+) -> torch.Tensor:
+    """alpha * a @ w.T + beta * c; w an MXFP4 [N, K] weight (data, scales); a bf16/fp16, or MXFP4 with a_scales."""
+    a_op = MXFP4Tensor(a, a_scales) if a_scales is not None else a
+    return gemm_mxfp4(a_op, MXFP4Tensor(w_data, w_scales), c=c, alpha=alpha, beta=beta, out_dtype=out_dtype,
+                      schedule=schedule, num_sms=num_sms)
+
+
+@gemm_mxfp4_op.register_fake
+def _gemm_mxfp4_fake(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms):
+    check_knobs(schedule, num_sms)
+    k = a.shape[1] * (2 if a_scales is not None else 1)
+    if a.dim() != 2 or w_data.dim() != 2 or k != w_data.shape[1] * 2:
+        raise ValueError(f"a [M, K] and w [N, K] must agree on K: a {tuple(a.shape)}, w.data {tuple(w_data.shape)}")
+    dtype = torch.bfloat16 if a_scales is not None else a.dtype
+    return a.new_empty((a.shape[0], w_data.shape[0]), dtype=resolve_out_dtype(dtype, out_dtype))
+
+
+def _mx_setup_context(ctx, inputs, output):
+    a, _, w_data, w_scales, c, alpha, beta, _, schedule, num_sms = inputs
+    ctx.save_for_backward(w_data, w_scales)
+    ctx.a_dtype = a.dtype
+    ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
+    ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
+
+
+def _mx_backward(ctx, grad):
+    """Gradients for the activations and C; the MXFP4 weight is frozen (its uint8 data has no gradient).
+
+    dA = alpha * dD @ W with W dequantized once to A's dtype (exact in bf16): an [N, K] temporary, then the dense
+    kernel. (The fused path would need an MXFP4 operand packed along the reduction's output dim.)"""
+    w_data, w_scales = ctx.saved_tensors
+    grad_a = grad_c = None
+    if ctx.needs_input_grad[0]:
+        w = MXFP4Tensor(w_data, w_scales).dequantize(ctx.a_dtype)
+        g = grad if grad.dtype == ctx.a_dtype else grad.to(ctx.a_dtype)
+        grad_a = gemm_op(g, w, None, ctx.alpha, 0.0, ctx.a_dtype, None, None, ctx.schedule, ctx.num_sms)
+    if ctx.needs_input_grad[4]:
+        grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape).to(ctx.c_dtype)
+    return grad_a, None, None, None, grad_c, None, None, None, None, None
+
+
+gemm_mxfp4_op.register_autograd(_mx_backward, setup_context=_mx_setup_context)

@@ -212,6 +212,37 @@ def bench_budgets(shapes: list[tuple[int, int, int]], dtype: torch.dtype, budget
     return rows
 
 
+MXFP4_DECODE = [(m, n, k) for m in (1, 16, 64) for n, k in ((4096, 4096), (8192, 8192), (14336, 4096))]
+MXFP4_LARGE = [(4096, 4096, 4096), (4096, 14336, 4096), (8192, 8192, 8192)]
+
+
+def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[dict[str, object]]:
+    """smgemm.linear with an MXFP4 weight (and MXFP4 activations if `both`) vs torch.matmul in bf16 on the
+    dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies)."""
+    import smgemm
+
+    rows = []
+    for m, n, k in _progress(shapes, "mxfp4"):
+        copies = max(1, min(16, math.ceil(256e6 / (n * k * 2))))
+        sets = []
+        for _ in range(copies):
+            w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
+            x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+            xq = smgemm.quantize_mxfp4(x.float()) if both else x
+            x_ref = xq.dequantize(torch.bfloat16) if both else x
+            sets.append(((xq, w), (x_ref, w.dequantize(torch.bfloat16).t())))
+        ours = [s for s, _ in sets]
+        peer = [p for _, p in sets]
+        err = _rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
+        t_ours = _time_rotating(lambda a, w: smgemm.linear(a, w), ours)
+        t_peer = _time_rotating(torch.matmul, peer)
+        rows.append({"M": m, "N": n, "K": k, "operands": "both MXFP4" if both else "MXFP4 weight",
+                     "smgemm us": t_ours * 1e3, "torch bf16 us": t_peer * 1e3, "speed-up": t_peer / t_ours,
+                     "smgemm TFLOP/s": 2 * m * n * k / t_ours / 1e9, "rel err": err})
+        del sets, ours, peer
+    return rows
+
+
 def host_us_per_call(fn: Callable[[], object], iters: int = 2000) -> float:
     """Host microseconds per call of `fn` after a warm-up, without synchronizing inside the loop."""
     for _ in range(50):
@@ -273,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-sms", default="16,32,66,100", help="budgets for the SM-constrained table ('' skips)")
     p.add_argument("--schedules", default="auto", help="comma list; the first one's ratio to torch is printed")
     p.add_argument("--no-overhead", action="store_true", help="skip the host-overhead table")
+    p.add_argument("--mxfp4", action="store_true", help="also the MXFP4 tables (decode and large shapes)")
     args = p.parse_args(argv)
 
     print(environment())
@@ -293,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         if budgets and name != "fp8":
             print(f"\n## {name}: SM budget, smgemm.matmul(num_sms=n) vs cuBLASLt with an SM carve-out")
             print(_table(bench_budgets(BUDGET_SHAPES, dtype, budgets)))
+    if args.mxfp4:
+        print("\n## MXFP4: smgemm.linear(x, quantize_mxfp4(w)) vs torch.matmul in bf16 on the dequantized weight")
+        print(_table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE) + bench_mxfp4(MXFP4_LARGE, both=True)))
     if not args.no_overhead:
         print("\n## host overhead of a cached call (16x64x64 bf16, no sync)")
         print(_table(host_overhead()))

@@ -1,4 +1,4 @@
-"""Modules: `Linear`, a drop-in `torch.nn.Linear` that runs on smgemm, and `swap_linears` for whole models.
+"""Modules: `Linear` (a drop-in `torch.nn.Linear` on smgemm), `MXFP4Linear`, and `swap_linears` for models.
 
     model = transformers.AutoModelForCausalLM.from_config(cfg).cuda().bfloat16()
     smgemm.nn.swap_linears(model, num_sms=100)               # every nn.Linear, in place, on <= 100 SMs
@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from .mxfp4 import MXFP4Tensor, quantize_mxfp4
 from .ops import linear
 from .plan import SCHEDULES
 
@@ -61,15 +62,59 @@ class Linear(torch.nn.Linear):
         return f"{super().extra_repr()}, num_sms={self.num_sms}, schedule={self.schedule}"
 
 
+class MXFP4Linear(torch.nn.Module):
+    """A Linear whose frozen weight is stored in MXFP4 (4.25 bits per weight) and dequantized inside the kernel.
+
+    Buffers `weight_data` (uint8 [N, K/2]) and `weight_scales` (uint8 [N, K/32]); `bias` stays a Parameter in the
+    activation dtype. Gradients flow to the input (and bias), not to the quantized weight.
+    """
+
+    def __init__(self, weight: MXFP4Tensor, bias: torch.Tensor | None = None, *, num_sms: int | None = None,
+                 schedule: str | None = None) -> None:
+        super().__init__()
+        _check_knobs(num_sms, schedule)
+        if not isinstance(weight, MXFP4Tensor) or weight.dim() != 2:
+            raise TypeError("weight must be a 2-D MXFP4Tensor [N, K] (smgemm.quantize_mxfp4)")
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("weight_data", weight.data)
+        self.register_buffer("weight_scales", weight.scales)
+        self.bias = torch.nn.Parameter(bias) if bias is not None else None
+        self.num_sms, self.schedule = num_sms, schedule
+
+    @classmethod
+    def from_linear(cls, module: torch.nn.Linear, *, rounding: str = "floor", num_sms: int | None = None,
+                    schedule: str | None = None) -> MXFP4Linear:
+        """Quantize `module`'s weight (in_features a multiple of 32); the bias is shared with `module`."""
+        if not isinstance(module, torch.nn.Linear):
+            raise TypeError(f"module must be a torch.nn.Linear, got {type(module).__name__}")
+        new = cls(quantize_mxfp4(module.weight.detach(), rounding=rounding), None, num_sms=num_sms,
+                  schedule=schedule)
+        new.bias = module.bias
+        return new
+
+    @property
+    def weight(self) -> MXFP4Tensor:
+        return MXFP4Tensor(self.weight_data, self.weight_scales)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, num_sms=self.num_sms, schedule=self.schedule)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"mxfp4, num_sms={self.num_sms}, schedule={self.schedule}")
+
+
 def swap_linears(
     model: torch.nn.Module,
     *,
     filter: Callable[[str, torch.nn.Linear], bool] | None = None,
     num_sms: int | None = None,
     schedule: str | None = None,
+    mxfp4: bool = False,
 ) -> list[str]:
     """Replace, in place, every `torch.nn.Linear` of `model` (exactly that type, not subclasses) for which
-    `filter(qualified_name, module)` is true by an smgemm `Linear` sharing its parameters.
+    `filter(qualified_name, module)` is true by an smgemm `Linear` sharing its parameters (`mxfp4=True`: an
+    `MXFP4Linear` with the weight quantized; frozen).
 
     Returns the qualified names replaced. A Linear that appears under several names (shared) becomes one smgemm
     Linear, still shared.
@@ -77,7 +122,7 @@ def swap_linears(
     _check_knobs(num_sms, schedule)
     if isinstance(model, torch.nn.Linear):
         raise TypeError("model is itself a Linear: use smgemm.nn.Linear.from_linear(model)")
-    swapped: dict[int, Linear] = {}
+    swapped: dict[int, torch.nn.Module] = {}
     names = []
     targets = [(name, parent, child_name, child)
                for name, parent in model.named_modules(remove_duplicate=False)
@@ -89,7 +134,8 @@ def swap_linears(
         if id(child) not in swapped:
             if filter is not None and not filter(qualified, child):
                 continue
-            swapped[id(child)] = Linear.from_linear(child, num_sms=num_sms, schedule=schedule)
+            cls = MXFP4Linear if mxfp4 else Linear
+            swapped[id(child)] = cls.from_linear(child, num_sms=num_sms, schedule=schedule)
         setattr(parent, child_name, swapped[id(child)])
         names.append(qualified)
     return names

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import torch
 
 from . import _library
-from ._gemm import gemm
+from ._gemm import gemm, gemm_mxfp4
+from .mxfp4 import MXFP4Tensor
 from .plan import SCHEDULES
 
 
@@ -97,6 +98,29 @@ def _run(
                 schedule=schedule, num_sms=num_sms)
 
 
+def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor | None, out_dtype,
+               schedule: str | None, num_sms: int | None) -> torch.Tensor:
+    """linear with an MXFP4 weight: x [..., K] dense or MXFP4 -> [..., N]."""
+    schedule = schedule or _DEFAULTS.schedule or "auto"
+    num_sms = num_sms if num_sms is not None else _DEFAULTS.num_sms
+    if isinstance(x, MXFP4Tensor):
+        lead = x.shape[:-1]
+        x2 = MXFP4Tensor(x.data.reshape(-1, x.data.shape[-1]), x.scales.reshape(-1, x.scales.shape[-1]))
+    elif isinstance(x, torch.Tensor) and x.dim() >= 1:
+        lead, x2 = x.shape[:-1], x.reshape(-1, x.shape[-1])
+    else:
+        raise ValueError("x must be a tensor of shape [..., K] (or an MXFP4Tensor)")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (w.shape[0],)):
+        raise ValueError(f"bias must have shape [N] = [{w.shape[0]}], got {getattr(bias, 'shape', bias)}")
+    tracked = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (x2, bias))
+    if tracked or torch.compiler.is_compiling():
+        a, a_scales = (x2.data, x2.scales) if isinstance(x2, MXFP4Tensor) else (x2, None)
+        y = _library.gemm_mxfp4_op(a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms)
+    else:
+        y = gemm_mxfp4(x2, w, c=bias, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
+    return y.reshape(*lead, w.shape[0])
+
+
 def matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -159,8 +183,16 @@ def linear(
     """`x @ weight.T + bias` as `torch.nn.functional.linear`: x [..., K], weight [N, K], bias [N] -> [..., N].
 
     For fp8, `scale_a` is one value or one per row of x ([..., 1]) and `scale_b` one value or one per output
-    feature ([N] or [N, 1]).
+    feature ([N] or [N, 1]). `weight` may be an `MXFP4Tensor` (`smgemm.quantize_mxfp4`), with `x` bf16 / fp16 or
+    also an MXFP4Tensor; the result is then bf16 (fp16 for fp16 x) unless `out_dtype` says otherwise.
     """
+    if isinstance(weight, MXFP4Tensor):
+        if scale_a is not None or scale_b is not None:
+            raise ValueError("scale_a / scale_b apply to float8 inputs; MXFP4 carries its own scales")
+        return _run_mxfp4(x, weight, bias, out_dtype, schedule, num_sms)
+    if isinstance(x, MXFP4Tensor):
+        raise TypeError("an MXFP4Tensor x needs an MXFP4Tensor weight (quantize the weight with "
+                        "smgemm.quantize_mxfp4)")
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         raise ValueError("x must be a tensor of shape [..., K]")
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:

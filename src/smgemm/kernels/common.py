@@ -42,17 +42,55 @@ def round_to_bf16_rtne(x):
 
 
 @triton.jit
+def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[ROWS, BLOCK_K] fp32 values of MXFP4 data: `packed` uint8 [ROWS, BLOCK_K // 2] (element 2i in the low nibble
+    of byte i), `scales` uint8 e8m0 [ROWS, BLOCK_K // 32]. Exact (e2m1 times a power of two), NaN for scale 255.
+    """
+    codes = tl.join(packed & 0xF, packed >> 4).reshape(ROWS, BLOCK_K)  # [R, BK/2, 2] -> [R, BK], interleaved
+    e = (codes >> 1) & 3
+    m = (codes & 1).to(tl.float32)
+    mag = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * (1 << tl.maximum(e - 1, 0)).to(tl.float32))
+    value = tl.where((codes & 8) != 0, -mag, mag)
+    # 2^(s - 127) from its bits: exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN). Bit arithmetic, not
+    # exp2, whose fast GPU form flushes subnormals.
+    s = scales.to(tl.uint32)
+    bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
+    scale = bits.to(tl.float32, bitcast=True)
+    return (value.reshape(ROWS, BLOCK_K // 32, 32) * scale[:, :, None]).reshape(ROWS, BLOCK_K)
+
+
+@triton.jit
+def load_mx_tile(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
+                 ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """Dequantized [ROWS, BLOCK_K] tile at K offset k0 of an MXFP4 operand stored [rows, K / 2] (packed along K)."""
+    offs_kp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    offs_ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+    p_packed = p_data + offs_rows[:, None] * stride_row + offs_kp[None, :]
+    p_scale = p_scales + offs_rows[:, None] * stride_scale_row + offs_ks[None, :]
+    if EVEN_K:
+        packed = tl.load(p_packed)
+        scales = tl.load(p_scale)
+    else:  # K is a multiple of 32, so a K tail covers whole scale groups: zero codes, scale 2^0
+        packed = tl.load(p_packed, mask=offs_kp[None, :] < K // 2, other=0)
+        scales = tl.load(p_scale, mask=offs_ks[None, :] < K // 32, other=127)
+    return mx_dequant(packed, scales, ROWS, BLOCK_K)
+
+
+@triton.jit
 def k_loop(
-    a_ptr, b_ptr, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn,
+    a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
     pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
+    A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr,
 ):
     """fp32 accumulator of A[tile rows, k] @ B[k, tile cols] over K-iterations [iter_start, iter_end).
 
     Rows and columns past M / N are wrapped (`% M`) instead of masked, so the loop's loads need no M/N mask;
     the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros.
+    An MXFP4 operand (A_MX / B_MX; A stored [M, K/2], B as an [N, K/2] weight, scales in mxa / mxb) is
+    dequantized in registers to bf16 (exact; fp16 when MX_FP16, to match an fp16 A) and fed to the same dot.
     INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
     bf16 -> fp32 is exact, so CPU runs of the same kernel stay trustworthy.
     """
@@ -67,13 +105,20 @@ def k_loop(
     p_b = b_ptr + (k_first + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for it in range(iter_start, iter_end):
-        if EVEN_K:
+        if A_MX:
+            b_a = load_mx_tile(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, it * BLOCK_K, K,
+                               BLOCK_M, BLOCK_K, EVEN_K).to(tl.bfloat16)
+        elif EVEN_K:
             b_a = tl.load(p_a)
+        else:
+            b_a = tl.load(p_a, mask=offs_k[None, :] < K - it * BLOCK_K, other=0.0)
+        if B_MX:
+            b_b = tl.trans(load_mx_tile(b_ptr, mxb_ptr, offs_n, stride_bn, stride_mxb, it * BLOCK_K, K,
+                                        BLOCK_N, BLOCK_K, EVEN_K).to(tl.float16 if MX_FP16 else tl.bfloat16))
+        elif EVEN_K:
             b_b = tl.load(p_b)
         else:
-            k_left = K - it * BLOCK_K
-            b_a = tl.load(p_a, mask=offs_k[None, :] < k_left, other=0.0)
-            b_b = tl.load(p_b, mask=offs_k[:, None] < k_left, other=0.0)
+            b_b = tl.load(p_b, mask=offs_k[:, None] < K - it * BLOCK_K, other=0.0)
         if INTERPRETER:
             b_a = b_a.to(tl.float32)
             b_b = b_b.to(tl.float32)

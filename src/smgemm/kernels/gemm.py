@@ -20,15 +20,16 @@ def _first_owner(it, base, extra):
 
 @triton.jit(do_not_specialize=["epoch"])
 def gemm_kernel(
-    a_ptr, b_ptr, d_ptr, c_ptr, sa_ptr, sb_ptr, ws_ptr, smid_ptr,
+    a_ptr, b_ptr, d_ptr, c_ptr, sa_ptr, sb_ptr, mxa_ptr, mxb_ptr, ws_ptr, smid_ptr,
     M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
     stride_dm, stride_dn, stride_cm, stride_cn, stride_sa, stride_sb,
     num_programs, dp_tiles, epoch, alpha, beta,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     STREAMK: tl.constexpr, FIXUP_N: tl.constexpr, RECORD_SMID: tl.constexpr,
+    A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if RECORD_SMID:
@@ -39,9 +40,9 @@ def gemm_kernel(
     for tile_id in range(pid, dp_tiles, num_programs):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = k_loop(
-            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, 0, k_iters,
-            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
         )
         epilogue(
             acc, pid_m, pid_n, M, N, d_ptr, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
@@ -72,9 +73,9 @@ def gemm_kernel(
             seg_start = tl.maximum(start, tile_start)
             pid_m, pid_n = tile_coords(dp_tiles + tile, num_pid_m, num_pid_n, GROUP_M)
             acc = k_loop(
-                a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                pid_m, pid_n, seg_start - tile_start, seg_end - tile_start,
-                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64,
+                a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa,
+                stride_mxb, pid_m, pid_n, seg_start - tile_start, seg_end - tile_start,
+                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
             )
             if seg_end < tile_start + k_iters:
                 # The tile's last iterations belong to pid + 1: publish this partial sum for it. At most one per

@@ -1,0 +1,115 @@
+"""MXFP4 (OCP Microscaling Formats v1.0): e2m1 elements, one e8m0 scale per block of 32 along the last dim.
+
+    w = smgemm.quantize_mxfp4(weight)          # MXFP4Tensor: data uint8 [..., K/2], scales uint8 [..., K/32]
+    y = smgemm.linear(x, w, bias)               # weight-only: x bf16/fp16, w dequantized inside the kernel
+    y = smgemm.linear(quantize_mxfp4(x), w)     # both operands MXFP4
+    w.dequantize(torch.bfloat16)                # exact: every e2m1 value times a power of two is a bf16 value
+
+Encoding (plain torch, runs anywhere):
+
+* element codes: bit 3 sign, bits 2-1 exponent (bias 1), bit 0 mantissa: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+  negatives; two per byte along the last dim, the first (even index) in the low nibble;
+* scale: e8m0, 2^(code - 127); code 255 is NaN (the block held inf or NaN; it dequantizes to NaN);
+* rounding="floor" (the OCP rule): shared exponent = floor(log2(amax)) - 2 (2 = e2m1's largest exponent),
+  elements = x / scale rounded to nearest, ties to even, saturating at +-6; rounding="up": the smallest
+  scale with amax / scale <= 6, so nothing saturates. Exponents are clamped to e8m0's [-127, 127]; an all-zero
+  block gets the smallest scale (code 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+BLOCK = 32  # elements per scale
+E2M1_MAX = 6.0
+_E2M1_EMAX = 2  # exponent of E2M1_MAX's leading bit
+_SCALE_NAN = 255
+# Magnitudes of the 8 non-negative e2m1 codes.
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+# Midpoints between consecutive magnitudes, and whether a tie rounds up (to the even code above).
+_MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
+
+
+@dataclass(frozen=True)
+class MXFP4Tensor:
+    """An MXFP4-quantized tensor of logical shape `shape` ([..., K]): `data` uint8 [..., K/2], `scales` uint8
+    [..., K/32]."""
+
+    data: torch.Tensor
+    scales: torch.Tensor
+
+    def __post_init__(self) -> None:
+        for name in ("data", "scales"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+                raise TypeError(f"MXFP4Tensor.{name} must be a uint8 tensor, got "
+                                f"{getattr(t, 'dtype', type(t).__name__)}")
+        if self.data.dim() < 1 or self.data.shape[:-1] != self.scales.shape[:-1]:
+            raise ValueError(f"MXFP4Tensor.data {tuple(self.data.shape)} and scales {tuple(self.scales.shape)} must "
+                             "agree on every dim but the last")
+        if self.data.shape[-1] * 2 != self.scales.shape[-1] * BLOCK:
+            raise ValueError(f"MXFP4Tensor.scales must hold one value per {BLOCK} elements: data "
+                             f"{tuple(self.data.shape)} packs K = {self.data.shape[-1] * 2}, so scales needs last dim "
+                             f"{self.data.shape[-1] * 2 // BLOCK}, got {self.scales.shape[-1]}")
+        if self.data.device != self.scales.device:
+            raise ValueError(f"MXFP4Tensor.data is on {self.data.device} but scales on {self.scales.device}")
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((*self.data.shape[:-1], self.data.shape[-1] * 2))
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    def dim(self) -> int:
+        return self.data.dim()
+
+    def to(self, device) -> MXFP4Tensor:
+        return MXFP4Tensor(self.data.to(device), self.scales.to(device))
+
+    def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """The represented values in `dtype` (exact in bf16 and fp32; fp16 may overflow or flush extreme scales)."""
+        lo, hi = self.data & 0xF, self.data >> 4
+        codes = torch.stack((lo, hi), dim=-1).flatten(-2)  # [..., K], element 2i from the low nibble of byte i
+        table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=self.device)
+        values = table[(codes & 7).long()]
+        values = torch.where(codes >= 8, -values, values)
+        exponent = self.scales.to(torch.float32) - 127
+        scale = torch.where(self.scales == _SCALE_NAN, torch.nan, torch.exp2(exponent))
+        values = values.unflatten(-1, (-1, BLOCK)) * scale.unsqueeze(-1)
+        return values.flatten(-2).to(dtype)
+
+
+def _encode_e2m1(v: torch.Tensor) -> torch.Tensor:
+    """e2m1 codes (uint8, 0..15) of float values v already divided by their scale: RTNE, saturating at +-6."""
+    mag = v.abs()
+    code = torch.zeros(v.shape, dtype=torch.uint8, device=v.device)
+    for mid, tie_up in _MIDPOINTS:
+        code += (mag >= mid) if tie_up else (mag > mid)
+    return code | torch.signbit(v).to(torch.uint8) << 3  # -0 and negatives that round to 0 keep their sign
+
+
+def quantize_mxfp4(x: torch.Tensor, *, rounding: str = "floor") -> MXFP4Tensor:
+    """Quantize `x` ([..., K], K a multiple of 32; fp32, bf16 or fp16) to MXFP4 along its last dim."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype.itemsize == 1:
+        raise TypeError(f"x must be a float32 / bfloat16 / float16 tensor, got {getattr(x, 'dtype', type(x))}")
+    if x.dim() < 1 or x.shape[-1] % BLOCK:
+        raise ValueError(f"x's last dim must be a multiple of {BLOCK}, got shape {tuple(x.shape)}")
+    if rounding not in ("floor", "up"):
+        raise ValueError(f"rounding must be 'floor' (OCP) or 'up' (never clips), got {rounding!r}")
+    blocks = x.detach().to(torch.float64).unflatten(-1, (-1, BLOCK))  # float64: x / 2^e is exact
+    finite = blocks.isfinite().all(-1)
+    amax = torch.where(blocks.isfinite(), blocks.abs(), 0).amax(-1)
+    _, exp = torch.frexp(amax)  # amax = mant * 2^exp with mant in [0.5, 1): floor(log2(amax)) = exp - 1
+    shared = exp.to(torch.float64) - 1 - _E2M1_EMAX  # amax / 2^shared in [4, 8)
+    if rounding == "up":
+        shared += amax / torch.exp2(shared) > E2M1_MAX  # (6, 8) would saturate: one more, into (3, 4)
+    shared = torch.where(amax > 0, shared, -127).clamp(-127, 127)
+    codes = _encode_e2m1(blocks / torch.exp2(shared).unsqueeze(-1))
+    codes = torch.where(finite.unsqueeze(-1), codes, 0).flatten(-2)
+    data = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    scales = torch.where(finite, shared + 127, _SCALE_NAN).to(torch.uint8)
+    return MXFP4Tensor(data.contiguous(), scales.contiguous())

@@ -1,0 +1,118 @@
+"""MXFP4 GEMMs: weight-only and both operands, every schedule, against float64 products of the dequantized values.
+
+The dequantization is exact, so the only error left is the fp32 accumulation and the output rounding: the same
+per-element bound as the dense tests (tests/reference.py).
+"""
+
+import pytest
+import torch
+
+import smgemm
+from reference import assert_gemm_close, randn
+from smgemm._gemm import gemm_mxfp4
+from smgemm.mxfp4 import MXFP4Tensor, quantize_mxfp4
+from smgemm.plan import TileConfig
+
+SMALL = TileConfig(16, 32, 64, num_warps=4, num_stages=2)
+
+
+def _weight(n, k, device, scale=1.0):
+    return quantize_mxfp4(torch.randn(n, k, device=device) * scale)
+
+
+@pytest.mark.parametrize("schedule,num_sms", [("data_parallel", None), ("persistent", 3), ("streamk", 4),
+                                              ("auto", None)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_weight_only_every_schedule(schedule, num_sms, dtype, device):
+    m, n, k = 37, 70, 224  # M, N not multiples of the tile; K = 3.5 K-blocks: a masked tail of whole scale groups
+    x = randn((m, k), dtype, device)
+    w = _weight(n, k, device)
+    bias = randn((n,), dtype, device)
+    out = gemm_mxfp4(x, w, c=bias, alpha=0.5, schedule=schedule, num_sms=num_sms, config=SMALL)
+    assert out.dtype == dtype
+    assert_gemm_close(out, x, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
+
+
+@pytest.mark.parametrize("schedule", ["persistent", "streamk"])
+def test_both_operands_mxfp4(schedule, device):
+    m, n, k = 40, 50, 256
+    xq = quantize_mxfp4(torch.randn(m, k, device=device) * 3)
+    w = _weight(n, k, device, scale=0.01)  # different scale ranges per operand
+    out = gemm_mxfp4(xq, w, schedule=schedule, num_sms=4, config=SMALL)
+    assert out.dtype == torch.bfloat16
+    assert_gemm_close(out, xq.dequantize(torch.float32), w.dequantize(torch.float32).t())
+
+
+def test_decode_shapes_and_default_plan(device):
+    for m in (1, 16):
+        x = randn((m, 128), torch.bfloat16, device)
+        w = _weight(96, 128, device)
+        assert_gemm_close(smgemm.linear(x, w), x, w.dequantize(torch.float32).t())
+
+
+def test_linear_leading_dims_bias_out_dtype(device):
+    x = randn((2, 3, 64), torch.bfloat16, device)
+    w = _weight(48, 64, device)
+    bias = randn((48,), torch.float32, device)
+    y = smgemm.linear(x, w, bias, out_dtype=torch.float32)
+    assert y.shape == (2, 3, 48) and y.dtype == torch.float32
+    assert_gemm_close(y.reshape(6, 48), x.reshape(6, 64), w.dequantize(torch.float32).t(), beta=1.0, c=bias)
+    xq = quantize_mxfp4(x.float())
+    y = smgemm.linear(xq, w)
+    assert y.shape == (2, 3, 48)
+    assert_gemm_close(y.reshape(6, 48), xq.dequantize(torch.float32).reshape(6, 64), w.dequantize(torch.float32).t())
+
+
+def test_nan_scale_block_gives_nan(device):
+    x = randn((4, 64), torch.bfloat16, device)
+    wt = torch.randn(8, 64, device=device)
+    wt[3, 40] = float("inf")  # row 3's second block: scale NaN
+    y = smgemm.linear(x, quantize_mxfp4(wt))
+    assert y[:, 3].isnan().all()
+    assert y[:, [0, 1, 2, 4, 5, 6, 7]].isfinite().all()
+
+
+def test_errors(device):
+    x = randn((4, 64), torch.bfloat16, device)
+    w = _weight(8, 64, device)
+    with pytest.raises(ValueError, match=r"a.shape\[1\] \(K=32\) must equal w.shape\[1\]"):
+        smgemm.linear(randn((4, 32), torch.bfloat16, device), w)
+    with pytest.raises(TypeError, match="a must be bfloat16, float16 or an MXFP4Tensor"):
+        smgemm.linear(x.float(), w)
+    with pytest.raises(ValueError, match="w.data must be contiguous along K"):
+        gemm_mxfp4(x, MXFP4Tensor(torch.zeros(32, 8, dtype=torch.uint8, device=device).t(), w.scales))
+    with pytest.raises(TypeError, match="needs an MXFP4Tensor weight"):
+        smgemm.linear(quantize_mxfp4(x.float()), randn((8, 64), torch.bfloat16, device))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_mxfp4(torch.randn(8, 40, device=device))
+    with pytest.raises(ValueError, match="MXFP4 carries its own scales"):
+        smgemm.linear(x, w, scale_a=torch.ones((), device=device))
+
+
+# ---------------------------------------------------------------- modules, autograd, compile
+
+
+def test_mxfp4_linear_module_and_activation_gradient(device):
+    lin = torch.nn.Linear(64, 24, device=device, dtype=torch.bfloat16)
+    q = smgemm.nn.MXFP4Linear.from_linear(lin, num_sms=2)
+    assert q.bias is lin.bias and q.weight_data.dtype == torch.uint8 and "mxfp4" in repr(q)
+    deq = q.weight.dequantize(torch.bfloat16)
+    x = randn((5, 64), torch.bfloat16, device).requires_grad_()
+    y = q(x)
+    assert_gemm_close(y, x.detach(), deq.t().float(), beta=1.0, c=lin.bias.detach())
+    g = randn((5, 24), torch.bfloat16, device)
+    y.backward(g)
+    assert_gemm_close(x.grad, g, deq.float())  # dX = dY @ W_dequantized
+    torch.testing.assert_close(lin.bias.grad.float(), g.float().sum(0), rtol=2e-2, atol=2e-2)
+
+
+def test_swap_linears_mxfp4_and_compile(device):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
+    model = model.to(torch.bfloat16)
+    names = smgemm.nn.swap_linears(model, mxfp4=True)
+    assert names == ["0", "2"] and all(isinstance(model[i], smgemm.nn.MXFP4Linear) for i in (0, 2))
+    x = randn((4, 64), torch.bfloat16, device)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
