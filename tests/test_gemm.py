@@ -157,3 +157,9 @@ def test_zero_k_gives_beta_input(device):
     c = randn((6,), torch.float32, device)
     torch.testing.assert_close(smgemm.addmm(c, a, b, beta=2.0), (2.0 * c).expand(4, 6))
     torch.testing.assert_close(smgemm.matmul(a, b), torch.zeros(4, 6, device=device))
+
+
+def test_linear_with_empty_k_and_leading_dims(device):
+    x, w = randn((2, 3, 0), torch.float32, device), randn((5, 0), torch.float32, device)
+    bias = randn((5,), torch.float32, device)
+    torch.testing.assert_close(smgemm.linear(x, w, bias), bias.expand(2, 3, 5))

@@ -116,3 +116,11 @@ def test_swap_linears_mxfp4_and_compile(device):
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+
+
+def test_empty_dims(device):
+    w = _weight(8, 64, device)
+    assert smgemm.linear(randn((0, 64), torch.bfloat16, device), w).shape == (0, 8)
+    w0 = quantize_mxfp4(torch.randn(8, 0, device=device))
+    bias = randn((8,), torch.bfloat16, device)
+    torch.testing.assert_close(smgemm.linear(randn((3, 0), torch.bfloat16, device), w0, bias), bias.expand(3, 8))

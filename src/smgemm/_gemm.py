@@ -349,6 +349,8 @@ def gemm_mxfp4(
                                       [*dense, ("w.data", w.data), ("w.scales", w.scales)])
     if m == 0 or n == 0:
         return out
+    if k == 0:  # the product is empty: out = beta * input (or zeros)
+        return out.copy_(c.to(torch.float32) * beta) if has_c else out.zero_()
     plan = make_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")

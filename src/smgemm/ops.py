@@ -105,9 +105,11 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
     num_sms = num_sms if num_sms is not None else _DEFAULTS.num_sms
     if isinstance(x, MXFP4Tensor):
         lead = x.shape[:-1]
-        x2 = MXFP4Tensor(x.data.reshape(-1, x.data.shape[-1]), x.scales.reshape(-1, x.scales.shape[-1]))
+        x2 = MXFP4Tensor(x.data.reshape(lead.numel(), x.data.shape[-1]),
+                         x.scales.reshape(lead.numel(), x.scales.shape[-1]))
     elif isinstance(x, torch.Tensor) and x.dim() >= 1:
-        lead, x2 = x.shape[:-1], x.reshape(-1, x.shape[-1])
+        lead = x.shape[:-1]
+        x2 = x.reshape(lead.numel(), x.shape[-1])
     else:
         raise ValueError("x must be a tensor of shape [..., K] (or an MXFP4Tensor)")
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (w.shape[0],)):
@@ -202,7 +204,7 @@ def linear(
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)):
         raise ValueError(f"bias must have shape [N] = [{weight.shape[0]}], got {getattr(bias, 'shape', bias)}")
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = x.reshape(lead.numel(), x.shape[-1])  # not -1: K may be 0
     if scale_a is not None and isinstance(scale_a, torch.Tensor) and scale_a.numel() > 1:
         scale_a = scale_a.reshape(-1, 1)
     if scale_b is not None and isinstance(scale_b, torch.Tensor) and scale_b.numel() > 1:
