@@ -46,16 +46,17 @@ def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """[ROWS, BLOCK_K] fp32 values of MXFP4 data: `packed` uint8 [ROWS, BLOCK_K // 2] (element 2i in the low nibble
     of byte i), `scales` uint8 e8m0 [ROWS, BLOCK_K // 32]. Exact (e2m1 times a power of two), NaN for scale 255.
     """
-    codes = tl.join(packed & 0xF, packed >> 4).reshape(ROWS, BLOCK_K)  # [R, BK/2, 2] -> [R, BK], interleaved
-    e = (codes >> 1) & 3
-    m = (codes & 1).to(tl.float32)
-    mag = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * (1 << tl.maximum(e - 1, 0)).to(tl.float32))
-    value = tl.where((codes & 8) != 0, -mag, mag)
+    codes = tl.join(packed & 0xF, packed >> 4).reshape(ROWS, BLOCK_K).to(tl.uint32)  # interleaved, as stored
+    # An e2m1 code's 3 magnitude bits placed at fp32 bits 24..22 (exponent field = the e2m1 exponent e, top mantissa
+    # bit = m) read as 2^(e - 127) * 1.m for e > 0 and as the subnormal 2^-127 * 0.m for e = 0: the e2m1 value times
+    # 2^-126 in every case, sign included. Multiplying by 2^126 (exact) gives the value; 4 integer ops per element.
+    bits = ((codes & 7) << 22) | ((codes & 8) << 28)
+    value = bits.to(tl.float32, bitcast=True) * 8.507059173023462e37  # 2^126
     # 2^(s - 127) from its bits: exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN). Bit arithmetic, not
     # exp2, whose fast GPU form flushes subnormals.
     s = scales.to(tl.uint32)
-    bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
-    scale = bits.to(tl.float32, bitcast=True)
+    scale_bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
+    scale = scale_bits.to(tl.float32, bitcast=True)
     return (value.reshape(ROWS, BLOCK_K // 32, 32) * scale[:, :, None]).reshape(ROWS, BLOCK_K)
 
 
