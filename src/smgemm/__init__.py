@@ -16,8 +16,9 @@ in CUDA graphs.
 from . import nn
 from .mxfp4 import MXFP4Tensor, quantize_mxfp4
 from .ops import addmm, linear, matmul, sm_budget
+from .partition import SMPartition
 from .plan import SCHEDULES, Plan, TileConfig, make_plan
 
-__all__ = ["SCHEDULES", "MXFP4Tensor", "Plan", "TileConfig", "addmm", "linear", "make_plan", "matmul", "nn",
-           "quantize_mxfp4", "sm_budget"]
+__all__ = ["SCHEDULES", "MXFP4Tensor", "Plan", "SMPartition", "TileConfig", "addmm", "linear", "make_plan", "matmul",
+           "nn", "quantize_mxfp4", "sm_budget"]
 __version__ = "0.1.0"
