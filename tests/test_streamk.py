@@ -6,6 +6,8 @@ waits on lower programs, runs unchanged there. GPU-only tests are marked `gpu`.
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import smgemm
 import smgemm._gemm
@@ -111,6 +113,18 @@ def test_workspace_needs_no_reset_and_is_left_clean(device, monkeypatch):
     flags = ws[(plan.num_programs + plan.sk_tiles) * SMALL.block_m * SMALL.block_n:].view(torch.int64)
     assert flags.shape == (plan.num_programs,)
     assert (flags[:-1] == 0).all(), "programs 0..3 each published a partial, read and reset by program 4"
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 80), n=st.integers(1, 80), k=st.integers(1, 200), num_sms=st.integers(1, 9))
+def test_random_shapes_and_budgets(m, n, k, num_sms):
+    # Any split the planner makes (or declines) gives the right answer in every element.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a, b = randn((m, k), torch.float16, device), randn((k, n), torch.float16, device, transposed=True)
+    bias = randn((n,), torch.float32, device)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16, device=device)
+    gemm(a, b, c=bias, out=out, schedule="streamk", num_sms=num_sms, config=SMALL)
+    assert_gemm_close(out, a, b, beta=1.0, c=bias)
 
 
 def test_schedule_name_is_validated(device):
