@@ -92,6 +92,11 @@ def _scale_stride(name: str, scale: torch.Tensor | None, length: int, device: to
     return scale.stride(0) if scale.dim() == 1 else scale.stride(0 if axis == "row" else 1)
 
 
+def _empty_product(out: torch.Tensor, c: torch.Tensor | None, beta: float) -> torch.Tensor:
+    """K == 0: the product is empty, so out = beta * input (or zeros)."""
+    return out.copy_(c.to(torch.float32) * beta) if c is not None else out.zero_()
+
+
 def check_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
     """(M, K, N) of a [M, K] @ [K, N] product, after checking types, ranks, shapes, dtypes and devices.
 
@@ -115,10 +120,19 @@ def check_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
     return m, k, n
 
 
-def check_knobs(schedule: str, num_sms: int | None) -> None:
+def _check_backend(device: torch.device) -> None:
+    if device.type != "cuda" and not (device.type == "cpu" and interpreter_active()):
+        raise ValueError(
+            f"a is on {device}: smgemm runs on CUDA tensors (CPU tensors only under the Triton interpreter, "
+            "TRITON_INTERPRET=1 set before triton is imported)"
+        )
+
+
+def check_knobs(schedule: str | None, num_sms: int | None) -> None:
+    """Validate the two knobs; None means "not set" for both (defaults, modules, sm_budget)."""
     if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
         raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
-    if schedule not in SCHEDULES:
+    if schedule is not None and schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
 
 
@@ -203,11 +217,7 @@ def gemm(
     """
     m, k, n = check_operands(a, b)
     device = a.device
-    if device.type != "cuda" and not (device.type == "cpu" and interpreter_active()):
-        raise ValueError(
-            f"a is on {device}: smgemm runs on CUDA tensors (CPU tensors only under the Triton interpreter, "
-            "TRITON_INTERPRET=1 set before triton is imported)"
-        )
+    _check_backend(device)
     check_knobs(schedule, num_sms)
     out_dtype = resolve_out_dtype(a.dtype, out_dtype)
 
@@ -221,12 +231,8 @@ def gemm(
 
     if m == 0 or n == 0:
         return out
-    if k == 0:  # the product is empty: out = beta * input (or zeros)
-        if has_c:
-            out.copy_(c.to(torch.float32) * beta)
-        else:
-            out.zero_()
-        return out
+    if k == 0:
+        return _empty_product(out, c if has_c else None, beta)
 
     plan = make_plan(m, n, k, a.dtype, device_spec(device), schedule=schedule, num_sms=num_sms,
                      tf32=a.dtype == torch.float32 and tf32_enabled(), config=config)
@@ -234,11 +240,8 @@ def gemm(
     use_int64 = any(_needs_int64(t) for t in tensors)
     if smid_out is not None and smid_out.numel() < plan.num_programs:
         raise ValueError(f"smid_out needs {plan.num_programs} elements, got {smid_out.numel()}")
-    # Triton launches on the current device: make it the tensors' device (cuda:1 ...) for the launch.
-    other_device = device.type == "cuda" and device.index != torch.cuda.current_device()
-    with torch.cuda.device(device) if other_device else contextlib.nullcontext():
-        _launch(plan, a, b, out, c if has_c else None, scale_a, scale_b, stride_sa, stride_sb,
-                alpha, beta, use_int64, smid_out)
+    _launch(plan, a, b, out, c if has_c else None, scale_a, scale_b, stride_sa, stride_sb, alpha, beta, use_int64,
+            smid_out)
     return out
 
 
@@ -291,7 +294,7 @@ def _kernel_args(
         INTERPRETER=a.device.type == "cpu",
         INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
         STREAMK=plan.sk_tiles > 0, FIXUP_N=min(64, cfg.block_n), RECORD_SMID=smid_out is not None,
-        A_MX=a_mx, B_MX=b_mx, MX_FP16=(a_mx or b_mx) and not a_mx and a.dtype == torch.float16,
+        A_MX=a_mx, B_MX=b_mx, MX_FP16=b_mx and not a_mx and a.dtype == torch.float16,
     )
     return tensors, ints, (float(alpha), float(beta)), meta
 
@@ -339,9 +342,7 @@ def gemm_mxfp4(
         _check_device(name, t, device)
         if t.stride(-1) != 1:
             raise ValueError(f"{name} must be contiguous along K (stride 1 in its last dim), got strides {t.stride()}")
-    if device.type != "cuda" and not (device.type == "cpu" and interpreter_active()):
-        raise ValueError(f"a is on {device}: smgemm runs on CUDA tensors (CPU tensors only under the Triton "
-                         "interpreter)")
+    _check_backend(device)
     check_knobs(schedule, num_sms)
     out_dtype = resolve_out_dtype(dot_dtype, out_dtype)
     dense = [("a", a)] if isinstance(a, torch.Tensor) else [("a.data", a.data), ("a.scales", a.scales)]
@@ -349,16 +350,14 @@ def gemm_mxfp4(
                                       [*dense, ("w.data", w.data), ("w.scales", w.scales)])
     if m == 0 or n == 0:
         return out
-    if k == 0:  # the product is empty: out = beta * input (or zeros)
-        return out.copy_(c.to(torch.float32) * beta) if has_c else out.zero_()
+    if k == 0:
+        return _empty_product(out, c if has_c else None, beta)
     plan = make_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     tensors = [t for _, t in dense] + [w.data, out] + ([c] if has_c else [])
     use_int64 = any(_needs_int64(t) for t in tensors)
-    other_device = device.type == "cuda" and device.index != torch.cuda.current_device()
-    with torch.cuda.device(device) if other_device else contextlib.nullcontext():
-        _launch(plan, a, w, out, c if has_c else None, None, None, 0, 0, alpha, beta, use_int64, None)
+    _launch(plan, a, w, out, c if has_c else None, None, None, 0, 0, alpha, beta, use_int64, None)
     return out
 
 
@@ -390,11 +389,18 @@ _LAUNCHERS: dict[tuple, object] = {}
 
 
 def _launch(plan: Plan, *tensors_and_scalars) -> None:
+    tensors, ints, floats, meta = _kernel_args(plan, *tensors_and_scalars)
+    device = tensors[0].device
+    # Triton launches on the current device: make it the tensors' device (cuda:1 ...) for the launch.
+    other_device = device.type == "cuda" and device.index != torch.cuda.current_device()
+    with torch.cuda.device(device) if other_device else contextlib.nullcontext():
+        _launch_on(device, plan, tensors, ints, floats, meta)
+
+
+def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict) -> None:
     from .kernels.gemm import gemm_kernel
 
-    tensors, ints, floats, meta = _kernel_args(plan, *tensors_and_scalars)
     grid = plan.num_programs
-    device = tensors[0].device
     key = None
     if device.type == "cuda":  # the interpreter has no compiled kernel to cache
         key = (device.index, plan, *meta.values(), ints,

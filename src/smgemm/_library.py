@@ -80,6 +80,11 @@ def _product_like(like: torch.Tensor, x: torch.Tensor, y: torch.Tensor, alpha: f
     return gemm_op(x, y, None, alpha, 0.0, like.dtype, None, None, schedule, num_sms)
 
 
+def _grad_c(ctx, grad: torch.Tensor) -> torch.Tensor:
+    """d(beta * C) = beta * dD, summed over the dims C was broadcast along, in C's dtype."""
+    return (grad * ctx.beta).sum_to_size(ctx.c_shape).to(ctx.c_dtype)
+
+
 def _setup_context(ctx, inputs, output):
     a, b, c, alpha, beta, _, scale_a, scale_b, schedule, num_sms = inputs
     ctx.save_for_backward(a, b)
@@ -96,7 +101,7 @@ def _backward(ctx, grad):
     g = grad if grad.dtype == a.dtype else grad.to(a.dtype)
     grad_a = _product_like(a, g, b.t(), ctx.alpha, ctx.schedule, ctx.num_sms) if need_a else None
     grad_b = _product_like(b, a.t(), g, ctx.alpha, ctx.schedule, ctx.num_sms) if need_b else None
-    grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape).to(ctx.c_dtype) if need_c else None
+    grad_c = _grad_c(ctx, grad) if need_c else None
     return grad_a, grad_b, grad_c, None, None, None, None, None, None, None
 
 
@@ -152,7 +157,7 @@ def _mx_backward(ctx, grad):
         g = grad if grad.dtype == ctx.a_dtype else grad.to(ctx.a_dtype)
         grad_a = gemm_op(g, w, None, ctx.alpha, 0.0, ctx.a_dtype, None, None, ctx.schedule, ctx.num_sms)
     if ctx.needs_input_grad[4]:
-        grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape).to(ctx.c_dtype)
+        grad_c = _grad_c(ctx, grad)
     return grad_a, None, None, None, grad_c, None, None, None, None, None
 
 

@@ -13,16 +13,9 @@ from collections.abc import Callable
 
 import torch
 
+from ._gemm import check_knobs
 from .mxfp4 import MXFP4Tensor, quantize_mxfp4
 from .ops import linear
-from .plan import SCHEDULES
-
-
-def _check_knobs(num_sms: int | None, schedule: str | None) -> None:
-    if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
-        raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
-    if schedule is not None and schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
 
 
 class Linear(torch.nn.Linear):
@@ -34,7 +27,7 @@ class Linear(torch.nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  num_sms: int | None = None, schedule: str | None = None) -> None:
-        _check_knobs(num_sms, schedule)
+        check_knobs(schedule, num_sms)
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.num_sms = num_sms
         self.schedule = schedule
@@ -45,7 +38,7 @@ class Linear(torch.nn.Linear):
         """A `Linear` that shares `module`'s weight and bias Parameters (no copy; training either trains both)."""
         if not isinstance(module, torch.nn.Linear):
             raise TypeError(f"module must be a torch.nn.Linear, got {type(module).__name__}")
-        _check_knobs(num_sms, schedule)
+        check_knobs(schedule, num_sms)
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = module.in_features, module.out_features
@@ -72,7 +65,7 @@ class MXFP4Linear(torch.nn.Module):
     def __init__(self, weight: MXFP4Tensor, bias: torch.Tensor | None = None, *, num_sms: int | None = None,
                  schedule: str | None = None) -> None:
         super().__init__()
-        _check_knobs(num_sms, schedule)
+        check_knobs(schedule, num_sms)
         if not isinstance(weight, MXFP4Tensor) or weight.dim() != 2:
             raise TypeError("weight must be a 2-D MXFP4Tensor [N, K] (smgemm.quantize_mxfp4)")
         self.out_features, self.in_features = weight.shape
@@ -119,7 +112,7 @@ def swap_linears(
     Returns the qualified names replaced. A Linear that appears under several names (shared) becomes one smgemm
     Linear, still shared.
     """
-    _check_knobs(num_sms, schedule)
+    check_knobs(schedule, num_sms)
     if isinstance(model, torch.nn.Linear):
         raise TypeError("model is itself a Linear: use smgemm.nn.Linear.from_linear(model)")
     swapped: dict[int, torch.nn.Module] = {}

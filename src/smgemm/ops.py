@@ -18,9 +18,8 @@ from collections.abc import Iterator
 import torch
 
 from . import _library
-from ._gemm import gemm, gemm_mxfp4
+from ._gemm import check_knobs, gemm, gemm_mxfp4
 from .mxfp4 import MXFP4Tensor
-from .plan import SCHEDULES
 
 
 class _Defaults:
@@ -50,10 +49,7 @@ def sm_budget(num_sms: int | None, schedule: str | None = None) -> Iterator[None
         with smgemm.sm_budget(66):
             y = model(x)          # every swapped Linear uses <= 66 SMs
     """
-    if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
-        raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
-    if schedule is not None and schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    check_knobs(schedule, num_sms)
     saved = _DEFAULTS.num_sms, _DEFAULTS.schedule
     _DEFAULTS.num_sms = num_sms
     if schedule is not None:
@@ -62,6 +58,16 @@ def sm_budget(num_sms: int | None, schedule: str | None = None) -> Iterator[None
         yield
     finally:
         _DEFAULTS.num_sms, _DEFAULTS.schedule = saved
+
+
+def _resolve(schedule: str | None, num_sms: int | None) -> tuple[str, int | None]:
+    """Explicit values, else the innermost sm_budget block's, else "auto" on the whole device."""
+    return schedule or _DEFAULTS.schedule or "auto", num_sms if num_sms is not None else _DEFAULTS.num_sms
+
+
+def _tracked(*tensors) -> bool:
+    """Whether autograd must record this call (then it goes through the custom op)."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
 def _run(
@@ -79,10 +85,8 @@ def _run(
     num_sms: int | None = None,
 ) -> torch.Tensor:
     """Resolve defaults, then call the kernel directly or through the custom op (autograd, torch.compile)."""
-    schedule = schedule or _DEFAULTS.schedule or "auto"
-    num_sms = num_sms if num_sms is not None else _DEFAULTS.num_sms
-    tracked = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, c, scale_a, scale_b))
+    schedule, num_sms = _resolve(schedule, num_sms)
+    tracked = _tracked(a, b, c, scale_a, scale_b)
     if out is not None:
         if tracked:
             raise RuntimeError("smgemm: out= does not support automatic differentiation, but an input requires "
@@ -101,8 +105,7 @@ def _run(
 def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor | None, out_dtype,
                schedule: str | None, num_sms: int | None) -> torch.Tensor:
     """linear with an MXFP4 weight: x [..., K] dense or MXFP4 -> [..., N]."""
-    schedule = schedule or _DEFAULTS.schedule or "auto"
-    num_sms = num_sms if num_sms is not None else _DEFAULTS.num_sms
+    schedule, num_sms = _resolve(schedule, num_sms)
     if isinstance(x, MXFP4Tensor):
         lead = x.shape[:-1]
         x2 = MXFP4Tensor(x.data.reshape(lead.numel(), x.data.shape[-1]),
@@ -114,8 +117,7 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
         raise ValueError("x must be a tensor of shape [..., K] (or an MXFP4Tensor)")
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (w.shape[0],)):
         raise ValueError(f"bias must have shape [N] = [{w.shape[0]}], got {getattr(bias, 'shape', bias)}")
-    tracked = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (x2, bias))
-    if tracked or torch.compiler.is_compiling():
+    if _tracked(x2, bias) or torch.compiler.is_compiling():
         a, a_scales = (x2.data, x2.scales) if isinstance(x2, MXFP4Tensor) else (x2, None)
         y = _library.gemm_mxfp4_op(a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms)
     else:
