@@ -2,10 +2,12 @@
 
     python scripts/compile_report.py                              # bf16 128x256x64, 8 warps, 3 stages
     python scripts/compile_report.py --tile 16,32,128 --warps 4 --stages 4 --b-mx --streamk
+    python scripts/compile_report.py --tma --tma-store --flatten --dtype fp8e4nv --tile 128,256,128 --layout nn
 
 Shared memory, registers and spills per variant, as Triton would build it at a real launch: pointers 16-byte
-aligned, A row-major and B a transposed nn.Linear weight (unit strides specialised), other strides divisible by
-16 (without those attributes Triton's pipeliner stays off and the numbers mean nothing). Add --ptx to dump the PTX.
+aligned, A row-major and B a transposed nn.Linear weight unless --layout says otherwise (unit strides
+specialised), other strides divisible by 16 (without those attributes Triton's pipeliner stays off and the
+numbers mean nothing). --tma / --tma-store / --flatten: the Hopper path. Add --ptx or --ttgir to dump the code.
 """
 
 import argparse
@@ -24,17 +26,21 @@ from smgemm.kernels.gemm import gemm_kernel
 
 _POINTERS = {"d_ptr": "*bf16", "c_ptr": "*fp32", "sa_ptr": "*fp32", "sb_ptr": "*fp32", "mxa_ptr": "*u8",
              "mxb_ptr": "*u8", "ws_ptr": "*fp32", "smid_ptr": "*i32"}
-_UNIT_STRIDES = {"stride_ak": 1, "stride_bk": 1, "stride_dn": 1}
-_DIV16 = ("stride_am", "stride_bn", "stride_dm", "stride_mxa", "stride_mxb", "K", "N")
+_DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stride_mxa", "stride_mxb", "K", "N")
 
 
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
-                    a_mx=False, b_mx=False):
+                    a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt"):
     names = inspect.signature(gemm_kernel.fn).parameters
+    # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
+    unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
+            "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1}
     consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=True, HAS_C=has_c,
                   HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=False,
                   STREAMK=streamk, FIXUP_N=min(64, tile[1]), RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
-                  **_UNIT_STRIDES)
+                  A_DESC=0 if a_mx or not tma else 1 if layout[0] == "n" else 2,
+                  B_DESC=0 if b_mx or not tma else 1 if layout[1] == "n" else 2, FLATTEN=flatten,
+                  D_DESC=tma_store, **unit)
     signature = {}
     for name in names:
         if name in consts:
@@ -52,7 +58,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
         else:
             signature[name] = "i32"
     order = list(names)
-    attrs = {(order.index(n),): [["tt.divisibility", 16]] for n in order if n.endswith("_ptr") or n in _DIV16}
+    attrs = {(order.index(n),): [["tt.divisibility", 16]] for n in order
+             if (n.endswith("_ptr") or n in _DIV16) and n not in consts}
     src = triton.compiler.ASTSource(fn=gemm_kernel, signature=signature, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
 
@@ -79,15 +86,25 @@ def main():
     p.add_argument("--has-c", action="store_true")
     p.add_argument("--a-mx", action="store_true")
     p.add_argument("--b-mx", action="store_true")
+    p.add_argument("--tma", action="store_true", help="A and (a transposed) B through device-built tensor descriptors")
+    p.add_argument("--flatten", action="store_true")
+    p.add_argument("--tma-store", action="store_true", help="store D through a tensor descriptor")
+    p.add_argument("--layout", default="nt", help="A then B: n as stored, t transposed (nt: an nn.Linear weight)")
     p.add_argument("--ptx", action="store_true", help="print the PTX")
+    p.add_argument("--ttgir", action="store_true", help="print the TTGIR")
     args = p.parse_args()
     tile = tuple(int(x) for x in args.tile.split(","))
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
-                             a_mx=args.a_mx, b_mx=args.b_mx)
+                             a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
+                             tma_store=args.tma_store, layout=args.layout)
     if args.ptx:
         print(kernel.asm["ptx"])
+    if args.ttgir:
+        print(kernel.asm["ttgir"])
     print(f"{args.dtype} {tile} w{args.warps} s{args.stages} streamk={args.streamk} mx=({args.a_mx},{args.b_mx}): "
-          f"shared {kernel.metadata.shared} B; {ptxas_report(kernel)}")
+          f"{args.layout} tma={args.tma} flatten={args.flatten} store={args.tma_store}: "
+          f"shared {kernel.metadata.shared} B; "
+          f"warps {kernel.metadata.num_warps}; {ptxas_report(kernel)}")
 
 
 if __name__ == "__main__":

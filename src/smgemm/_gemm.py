@@ -14,6 +14,7 @@ import contextlib
 import random
 
 import torch
+from triton.runtime import _allocation
 
 from ._device import device_spec, interpreter_active, tf32_enabled
 from .mxfp4 import MXFP4Tensor
@@ -267,6 +268,10 @@ def _kernel_args(
     cfg = plan.config
     a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
     stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
+    tma = cfg.tma and (a.device.type == "cpu" or device_spec(a.device).capability >= (9, 0))
+    a_mode = 0 if a_mx or not tma else _tma_mode(a)
+    b_mode = 0 if b_mx or not tma else _tma_mode(b)
+    d_mode = 0 if not (tma and cfg.tma_store) else _tma_mode(out)
     tensors = (
         a.data if a_mx else a,
         b.data if b_mx else b,
@@ -294,9 +299,24 @@ def _kernel_args(
         INTERPRETER=a.device.type == "cpu",
         INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
         STREAMK=plan.sk_tiles > 0, FIXUP_N=min(64, cfg.block_n), RECORD_SMID=smid_out is not None,
-        A_MX=a_mx, B_MX=b_mx, MX_FP16=b_mx and not a_mx and a.dtype == torch.float16,
+        A_MX=a_mx, B_MX=b_mx, MX_FP16=b_mx and not a_mx and a.dtype == torch.float16, A_DESC=a_mode, B_DESC=b_mode,
+        FLATTEN=cfg.flatten, D_DESC=d_mode == 1,
     )
     return tensors, ints, (float(alpha), float(beta)), meta
+
+
+def _tma_mode(t: torch.Tensor) -> int:
+    """How the kernel may read 2-D `t` through a tensor descriptor (TMA): 1, as stored (row-major); 2, as `t.T`
+    (column-major); 0, not at all. TMA needs a 16-byte aligned base, one unit stride and the other a positive
+    multiple of 16 bytes.
+    """
+    if t.data_ptr() % 16:
+        return 0
+    for mode, (unit, other) in ((1, (1, 0)), (2, (0, 1))):
+        stride = t.stride(other)
+        if t.stride(unit) == 1 and stride > 0 and stride * t.element_size() % 16 == 0:
+            return mode
+    return 0
 
 
 def gemm_mxfp4(
@@ -397,20 +417,33 @@ def _launch(plan: Plan, *tensors_and_scalars) -> None:
         _launch_on(device, plan, tensors, ints, floats, meta)
 
 
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Triton's per-launch global scratch (where each program builds its TMA descriptors), from PyTorch's caching
+    allocator on the current device and stream: ordered with the launch, and private to a graph being captured.
+    """
+    return torch.empty(size, dtype=torch.int8, device="cuda")  # 512-byte aligned, more than Triton's 128 asks
+
+
 def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict) -> None:
     from .kernels.gemm import gemm_kernel
 
     grid = plan.num_programs
-    key = None
-    if device.type == "cuda":  # the interpreter has no compiled kernel to cache
-        key = (device.index, plan, *meta.values(), ints,
-               tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
+    if device.type != "cuda":  # the interpreter: nothing compiled, nothing to cache
+        gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta)
+        return
+    key = (device.index, plan, *meta.values(), ints,
+           tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
+    # Triton asks the allocator in its context variable for the scratch; set ours for this launch only, so that
+    # other Triton users' allocator (or none) is left as it was.
+    token = _allocation._allocator.set(_scratch)
+    try:
         launcher = _LAUNCHERS.get(key)
         if launcher is not None:
             stream = torch._C._cuda_getCurrentRawStream(device.index)
             launcher(*tensors, *ints, _epoch(), *floats, *meta.values(), stream=stream)
             return
-    compiled = gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta,
-                                    num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
-    if key is not None:
+        compiled = gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta,
+                                        num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
         _LAUNCHERS[key] = compiled[(grid, 1, 1)]
+    finally:
+        _allocation._allocator.reset(token)

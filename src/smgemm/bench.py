@@ -212,6 +212,34 @@ def bench_budgets(shapes: list[tuple[int, int, int]], dtype: torch.dtype, budget
     return rows
 
 
+def plot_budgets(rows: list[dict[str, object]], path: str, label: str = "bf16") -> str:
+    """Write a PNG of TFLOP/s against num_sms per shape (smgemm, cuBLASLt carve-out, ideal linear scaling from
+    smgemm's rate per SM at the smallest budget); returns a line saying what was written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return f"plot skipped ({path}): matplotlib is not installed (pip install 'smgemm[bench]')"
+    shapes = sorted({(r["M"], r["N"], r["K"]) for r in rows}, key=lambda s: s[0] * s[1] * s[2], reverse=True)
+    fig, axes = plt.subplots(1, len(shapes), figsize=(5.5 * len(shapes), 4.2), squeeze=False)
+    for ax, shape in zip(axes[0], shapes):
+        mine = sorted((r for r in rows if (r["M"], r["N"], r["K"]) == shape), key=lambda r: r["num_sms"])
+        sms = [r["num_sms"] for r in mine]
+        ours = [r["smgemm TFLOP/s"] for r in mine]
+        ax.plot(sms, ours, "o-", label="smgemm (num_sms=n)")
+        ax.plot(sms, [r["cuBLASLt carve-out TFLOP/s"] for r in mine], "s--", label="cuBLASLt, SM carve-out")
+        ax.plot(sms, [ours[0] / sms[0] * n for n in sms], ":", color="gray", label="ideal linear scaling")
+        ax.set(title="x".join(map(str, shape)) + f" {label}", xlabel="SMs", ylabel="TFLOP/s")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"wrote {path}"
+
+
 MXFP4_DECODE = [(m, n, k) for m in (1, 16, 64) for n, k in ((4096, 4096), (8192, 8192), (14336, 4096))]
 MXFP4_LARGE = [(4096, 4096, 4096), (4096, 14336, 4096), (8192, 8192, 8192)]
 
@@ -301,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m smgemm bench", description=__doc__)
     p.add_argument("--dtype", default="bf16", help="comma list of " + ",".join(DTYPES))
     p.add_argument("--suite", default="quick", help="comma list of " + ",".join(SUITES))
-    p.add_argument("--num-sms", default="16,32,66,100", help="budgets for the SM-constrained table ('' skips)")
+    p.add_argument("--num-sms", default="16,32,66,100,132", help="budgets for the SM-constrained table ('' skips)")
+    p.add_argument("--plot", default="smgemm_sm_scaling.png",
+                   help="PNG of the SM-budget table: TFLOP/s against num_sms ('' skips)")
     p.add_argument("--schedules", default="auto", help="comma list; the first one's ratio to torch is printed")
     p.add_argument("--no-overhead", action="store_true", help="skip the host-overhead table")
     p.add_argument("--mxfp4", action="store_true", help="also the MXFP4 tables (decode and large shapes)")
@@ -324,7 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         print(_table(bench_full_chip(shapes, dtype, args.schedules.split(","))))
         if budgets and name != "fp8":
             print(f"\n## {name}: SM budget, smgemm.matmul(num_sms=n) vs cuBLASLt with an SM carve-out")
-            print(_table(bench_budgets(BUDGET_SHAPES, dtype, budgets)))
+            budget_rows = bench_budgets(BUDGET_SHAPES, dtype, budgets)
+            print(_table(budget_rows))
+            if args.plot:
+                print(plot_budgets(budget_rows, args.plot.replace(".png", f"_{name}.png"), name))
     if args.mxfp4:
         print("\n## MXFP4: smgemm.linear(x, quantize_mxfp4(w)) vs torch.matmul in bf16 on the dequantized weight")
         print(_table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE) + bench_mxfp4(MXFP4_LARGE, both=True)))

@@ -23,7 +23,9 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   (the model's accuracy: within a few percent either way is a tie, and the persistent loop has no fixup risk);
 * the cheapest (tile, schedule) wins (ties go to the larger tile); the pipeline depth is the most stages of
   (BM + BN) * BK operand bytes that fit in shared memory, at most 4 (3 for the largest tile, whose fp32
-  epilogue scratch also needs room).
+  epilogue scratch also needs room);
+* 128 x 256 tiles take the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`), smaller ones the pointer
+  path (measured, see _HOPPER_PATH_MIN_TILE).
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ _SK_FIXUP_BASE = 3.0
 _SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
 _SK_MARGIN = 0.97
 _HBM_BYTES_PER_ITER = 3.4e6  # device-memory bytes the chip streams in one reference iteration (~4 TB/s x 0.85 us)
+# Tiles at least this large take the Hopper path (TMA loads and store, flattened loop): on the H200 it lifted
+# 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster, and
+# 128 x 128 tiles ran 128x14336x4096 at 0.53x of torch (docs/performance.md, issue 4). Measured, not modelled.
+_HOPPER_PATH_MIN_TILE = 128 * 256
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,10 @@ class TileConfig:
     group_m: int = 8  # tiles in an L2-friendly group along M (see kernels.common.tile_coords)
     num_warps: int = 4
     num_stages: int = 3
+    # The Hopper path (sm_90+; each part falls back to pointers where a tensor breaks TMA's rules):
+    tma: bool = False  # read dense operands through device-built tensor descriptors (TMA)
+    tma_store: bool = False  # store D through a tensor descriptor, in two halves
+    flatten: bool = False  # fuse the tile loop with the K loop: the next tile's loads overlap this tile's epilogue
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
@@ -208,7 +218,9 @@ def choose_config(
         stages = min(3 if bm * bn >= 128 * 256 else 4, (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes)
         if stages < 2:
             continue
-        cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages)
+        hopper = bm * bn >= _HOPPER_PATH_MIN_TILE
+        cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
+                         flatten=hopper)
         for schedule in schedules:
             cost = _cost(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes)
             if cost < best_cost:

@@ -84,7 +84,7 @@ def k_loop(
     pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
-    A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr,
+    A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
 ):
     """fp32 accumulator of A[tile rows, k] @ B[k, tile cols] over K-iterations [iter_start, iter_end).
 
@@ -92,6 +92,9 @@ def k_loop(
     the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros.
     An MXFP4 operand (A_MX / B_MX; A stored [M, K/2], B as an [N, K/2] weight, scales in mxa / mxb) is
     dequantized in registers to bf16 (exact; fp16 when MX_FP16, to match an fp16 A) and fed to the same dot.
+    A_DESC / B_DESC select how a dense operand is read: 0, through pointers and strides; 1, a tensor descriptor (TMA
+    on Hopper) over the operand as stored, A [M, K] / B [K, N]; 2, a descriptor over its transpose, A^T [K, M] /
+    B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past the edge with zeros.
     INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
     bf16 -> fp32 is exact, so CPU runs of the same kernel stay trustworthy.
     """
@@ -102,13 +105,19 @@ def k_loop(
         offs_m = offs_m.to(tl.int64)
         offs_n = offs_n.to(tl.int64)
     k_first = iter_start * BLOCK_K
-    p_a = a_ptr + offs_m[:, None] * stride_am + (k_first + offs_k)[None, :] * stride_ak
-    p_b = b_ptr + (k_first + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    if A_DESC == 0:
+        p_a = a_ptr + offs_m[:, None] * stride_am + (k_first + offs_k)[None, :] * stride_ak
+    if B_DESC == 0:
+        p_b = b_ptr + (k_first + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for it in range(iter_start, iter_end):
         if A_MX:
             b_a = load_mx_tile(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, it * BLOCK_K, K,
                                BLOCK_M, BLOCK_K, EVEN_K).to(tl.bfloat16)
+        elif A_DESC == 1:
+            b_a = a_ptr.load([pid_m * BLOCK_M, it * BLOCK_K])
+        elif A_DESC == 2:
+            b_a = tl.trans(a_ptr.load([it * BLOCK_K, pid_m * BLOCK_M]))
         elif EVEN_K:
             b_a = tl.load(p_a)
         else:
@@ -116,6 +125,10 @@ def k_loop(
         if B_MX:
             b_b = tl.trans(load_mx_tile(b_ptr, mxb_ptr, offs_n, stride_bn, stride_mxb, it * BLOCK_K, K,
                                         BLOCK_N, BLOCK_K, EVEN_K).to(tl.float16 if MX_FP16 else tl.bfloat16))
+        elif B_DESC == 1:
+            b_b = b_ptr.load([it * BLOCK_K, pid_n * BLOCK_N])
+        elif B_DESC == 2:
+            b_b = tl.trans(b_ptr.load([pid_n * BLOCK_N, it * BLOCK_K]))
         elif EVEN_K:
             b_b = tl.load(p_b)
         else:
@@ -127,26 +140,31 @@ def k_loop(
         # fp8 on Hopper: the tensor cores' own accumulation (about 13 mantissa bits, Triton's default). Promoting
         # to fp32 every K step (max_num_imprecise_acc=BLOCK_K) measured 3x slower, see docs/performance.md.
         acc = tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION)
-        p_a += BLOCK_K * stride_ak
-        p_b += BLOCK_K * stride_bk
+        if A_DESC == 0:
+            p_a += BLOCK_K * stride_ak
+        if B_DESC == 0:
+            p_b += BLOCK_K * stride_bk
     return acc
 
 
 @triton.jit
 def epilogue(
     acc, pid_m, pid_n, M, N,
-    d_ptr, stride_dm, stride_dn,
+    d_ptr, d_desc, stride_dm, stride_dn,
     c_ptr, stride_cm, stride_cn,
     sa_ptr, stride_sa, sb_ptr, stride_sb,
     alpha, beta,
     HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_INT64: tl.constexpr, INTERPRETER: tl.constexpr,
+    D_DESC: tl.constexpr,
 ):
     """D = alpha * (scale_a[m] * scale_b[n] * acc) + beta * C[m, n], computed in fp32, cast to D's dtype.
 
     C is any (M, N)-broadcastable tensor given by its strides: a bias along N has stride_cm == 0, a full
     matrix has both strides. C is not read unless HAS_C, so beta == 0 never propagates NaN from C.
     scale_a is per row (or per tensor with stride 0), scale_b per column (or per tensor).
+    D_DESC: store through the tensor descriptor `d_desc` (TMA, blocks [BLOCK_M, BLOCK_N // 2], clipped at the edges)
+    in two halves, so that each half's staging buffer is small; else through `d_ptr` and the strides, masked.
     """
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -166,5 +184,11 @@ def epilogue(
         acc += beta * tl.load(p_c, mask=mask, other=0.0).to(tl.float32)
     if INTERPRETER and d_ptr.dtype.element_ty == tl.bfloat16:
         acc = round_to_bf16_rtne(acc)  # the GPU's cast rounds to nearest even; the interpreter's truncates
-    p_d = d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn
-    tl.store(p_d, acc.to(d_ptr.dtype.element_ty), mask=mask)
+    if D_DESC:
+        halves = acc.to(d_ptr.dtype.element_ty).reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1)
+        left, right = tl.split(halves)
+        d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], left)
+        d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], right)
+    else:
+        p_d = d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn
+        tl.store(p_d, acc.to(d_ptr.dtype.element_ty), mask=mask)

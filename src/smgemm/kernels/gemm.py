@@ -29,7 +29,8 @@ def gemm_kernel(
     EVEN_K: tl.constexpr, HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     STREAMK: tl.constexpr, FIXUP_N: tl.constexpr, RECORD_SMID: tl.constexpr,
-    A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr,
+    A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
+    FLATTEN: tl.constexpr, D_DESC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if RECORD_SMID:
@@ -37,17 +38,34 @@ def gemm_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_iters = tl.cdiv(K, BLOCK_K)
-    for tile_id in range(pid, dp_tiles, num_programs):
+    # Tensor descriptors (TMA on Hopper), built here on the device: no host work per launch. From now on a_ptr /
+    # b_ptr are what k_loop reads through (a pointer or a descriptor, per A_DESC / B_DESC); d_desc is used only
+    # when D_DESC. The host checked TMA's rules (16-byte aligned base and row stride, unit last stride).
+    if A_DESC == 1:
+        a_ptr = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
+    elif A_DESC == 2:
+        a_ptr = tl.make_tensor_descriptor(a_ptr, [K, M], [stride_ak, 1], [BLOCK_K, BLOCK_M])
+    if B_DESC == 1:
+        b_ptr = tl.make_tensor_descriptor(b_ptr, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
+    elif B_DESC == 2:
+        b_ptr = tl.make_tensor_descriptor(b_ptr, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K])
+    d_desc = d_ptr
+    if D_DESC:
+        d_desc = tl.make_tensor_descriptor(d_ptr, [M, N], [stride_dm, 1], [BLOCK_M, BLOCK_N // 2])
+    # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
+    # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
+    for tile_id in tl.range(pid, dp_tiles, num_programs, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = k_loop(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, 0, k_iters,
             BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
+            A_DESC, B_DESC,
         )
         epilogue(
-            acc, pid_m, pid_n, M, N, d_ptr, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
+            acc, pid_m, pid_n, M, N, d_ptr, d_desc, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
             sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
-            HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER,
+            HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
         )
     if STREAMK:
         # Stream-K over the tiles from dp_tiles on, their K-iterations numbered tile-major from 0: program pid owns
@@ -76,6 +94,7 @@ def gemm_kernel(
                 a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa,
                 stride_mxb, pid_m, pid_n, seg_start - tile_start, seg_end - tile_start,
                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
+                A_DESC, B_DESC,
             )
             if seg_end < tile_start + k_iters:
                 # The tile's last iterations belong to pid + 1: publish this partial sum for it. At most one per
@@ -85,9 +104,9 @@ def gemm_kernel(
                 tl.atomic_xchg(p_flags + pid, epoch, sem="release", scope="gpu")
             elif seg_start == tile_start:
                 epilogue(
-                    acc, pid_m, pid_n, M, N, d_ptr, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
+                    acc, pid_m, pid_n, M, N, d_ptr, d_desc, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
                     sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
-                    HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER,
+                    HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
                 )
             else:
                 # This program finishes a tile that lower programs started. Its own partial joins theirs in the
@@ -109,8 +128,8 @@ def gemm_kernel(
                         part += tl.load(ws_ptr + p * tile_elems + offs, cache_modifier=".cg")
                     part += tl.load(p_own + offs, cache_modifier=".cg")
                     epilogue(
-                        part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_ptr, stride_dm, stride_dn,
+                        part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_ptr, d_desc, stride_dm, stride_dn,
                         c_ptr, stride_cm, stride_cn, sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
-                        HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N, USE_INT64, INTERPRETER,
+                        HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N, USE_INT64, INTERPRETER, 0,
                     )
             seg_end = seg_start

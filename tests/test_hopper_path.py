@@ -1,0 +1,130 @@
+"""The Hopper path: operands read and D stored through device-built tensor descriptors (TMA), flattened tile loop.
+
+On the CPU the same kernel runs in the Triton interpreter, descriptors included; each case also asserts which
+operands really went through a descriptor, so that a silent fallback to pointers cannot pass for coverage.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from cases import DTYPES, Case
+from reference import assert_gemm_close, randn
+from smgemm._device import device_spec
+from smgemm._gemm import _tma_mode, gemm
+from smgemm.plan import TileConfig, make_plan
+
+HOPPER = TileConfig(32, 64, 32, num_warps=4, num_stages=2, tma=True, tma_store=True, flatten=True)
+
+
+def test_tma_mode_follows_layout_and_alignment():
+    x = torch.empty(64, 72, dtype=torch.float16)
+    assert _tma_mode(x) == 1  # row-major, 144-byte rows
+    assert _tma_mode(x.t()) == 2  # column-major view
+    assert _tma_mode(x[:, 1:]) == 0  # base 2 bytes past a 16-byte boundary
+    assert _tma_mode(torch.empty(64, 70, dtype=torch.float16)) == 0  # 140-byte rows
+    assert _tma_mode(torch.empty(64, 70, dtype=torch.float16).t()) == 0
+    assert _tma_mode(x[:, ::2]) == 0  # no unit stride
+    assert _tma_mode(torch.empty(1, 72, dtype=torch.float16).expand(64, 72)) == 0  # stride 0
+    assert _tma_mode(torch.empty(64, 8, dtype=torch.float8_e4m3fn)) == 0  # 8-byte rows
+    assert _tma_mode(torch.empty(64, 16, dtype=torch.float8_e4m3fn)) == 1
+
+
+@pytest.mark.parametrize("schedule", ["persistent", "streamk"])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32", "fp8"])
+def test_descriptor_operands_every_layout(dtype, layout, schedule, device):
+    # 80 x 96 x 160: every tile edge crossed (80 = 2 * 32 + 16 rows), TMA-legal strides in every dtype and layout.
+    cfg = dataclasses.replace(HOPPER, block_k=32 if dtype == "fp8" else 16)
+    a, b = Case(80, 96, 160, dtype, layout).operands(device)
+    assert (_tma_mode(a), _tma_mode(b)) == ({"n": 1, "t": 2}[layout[0]], {"n": 1, "t": 2}[layout[1]])
+    out = gemm(a, b, config=cfg, schedule=schedule, num_sms=4)
+    assert _tma_mode(out) == 1
+    assert_gemm_close(out, a, b)
+
+
+@pytest.mark.parametrize("schedule", ["persistent", "streamk"])
+def test_descriptor_store_with_epilogue_and_in_place(schedule, device):
+    a = randn((72, 96), torch.float16, device)
+    b = randn((128, 96), torch.float16, device).t()
+    bias = randn((128,), torch.float32, device)
+    out = gemm(a, b, c=bias, alpha=0.5, beta=2.0, config=HOPPER, schedule=schedule, num_sms=3)
+    assert_gemm_close(out, a, b, alpha=0.5, beta=2.0, c=bias)
+    c = randn((72, 128), torch.float16, device)
+    expected_c = c.clone()
+    gemm(a, b, c=c, beta=-1.0, out=c, config=HOPPER, schedule=schedule, num_sms=3)
+    assert_gemm_close(c, a, b, beta=-1.0, c=expected_c)
+
+
+def test_fp8_scales_through_descriptors(device):
+    a, b = Case(72, 96, 64, "fp8", "nt").operands(device)
+    sa = torch.rand(72, 1, device=device) + 0.5
+    sb = torch.rand(1, 96, device=device) + 0.5
+    out = gemm(a, b, scale_a=sa, scale_b=sb, config=dataclasses.replace(HOPPER, block_k=32), num_sms=5)
+    assert_gemm_close(out, a, b, scale_a=sa, scale_b=sb)
+
+
+def test_layouts_tma_cannot_read_fall_back_to_pointers(device):
+    # K = 70 fp16: 140-byte rows; an offset view: a misaligned base; a column-major out: no descriptor store.
+    a = randn((72, 70), torch.float16, device)
+    b_full = randn((96, 71), torch.float16, device)
+    b = b_full[:, 1:].t()
+    assert _tma_mode(a) == 0 and _tma_mode(b) == 0
+    out = torch.full((96, 72), float("nan"), dtype=torch.float16, device=device).t()
+    assert _tma_mode(out) == 2
+    gemm(a, b, out=out, config=HOPPER, num_sms=4)
+    assert_gemm_close(out, a, b)
+    # A readable through TMA beside a B that is not: each operand decides on its own.
+    a2 = randn((72, 64), torch.float16, device)
+    b2 = randn((64, 96), torch.float16, device)[:, :90]  # rows 192 bytes apart, but 90 columns
+    assert _tma_mode(a2) == 1 and _tma_mode(b2) == 1
+    assert_gemm_close(gemm(a2, b2, config=HOPPER, num_sms=4), a2, b2)
+
+
+def test_planner_takes_the_hopper_path_on_large_tiles_only():
+    spec = device_spec(torch.device("cpu"))
+    large = make_plan(4096, 4096, 4096, torch.bfloat16, spec).config
+    assert (large.block_m, large.block_n) == (128, 256)
+    assert large.tma and large.tma_store and large.flatten
+    for m, n, k in ((16, 4096, 4096), (128, 14336, 4096)):
+        small = make_plan(m, n, k, torch.bfloat16, spec).config
+        assert small.block_m * small.block_n < 128 * 256 and not (small.tma or small.tma_store or small.flatten)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_default_plan_on_a_large_tile_shape(dtype, device):
+    # On 2 SMs, 256 x 256 x 128 plans 128 x 256 tiles: the Hopper path users get by default, run on the CPU too.
+    a, b = Case(256, 256, 128, dtype, "nt").operands(device)
+    plan = make_plan(256, 256, 128, DTYPES[dtype], device_spec(a.device), num_sms=2)
+    assert plan.config.tma and (plan.config.block_m, plan.config.block_n) == (128, 256)
+    assert_gemm_close(gemm(a, b, num_sms=2), a, b)
+
+
+def test_descriptor_store_stays_inside_a_view(device):
+    # out is a 72 x 90 window (rows 128 elements apart) of a larger buffer: the TMA store clips at the view's edge.
+    a = randn((72, 64), torch.float16, device)
+    b = randn((90, 64), torch.float16, device).t()
+    buf = torch.full((80, 128), 7.0, dtype=torch.float16, device=device)
+    out = buf[:72, :90]
+    assert _tma_mode(out) == 1
+    gemm(a, b, out=out, config=HOPPER, num_sms=4)
+    assert_gemm_close(out, a, b)
+    outside = torch.ones_like(buf, dtype=torch.bool)
+    outside[:72, :90] = False
+    assert (buf[outside] == 7.0).all()
+
+
+def test_sm_scaling_plot(tmp_path):
+    from smgemm.bench import plot_budgets
+
+    rows = [{"M": 64, "N": 64, "K": 64, "num_sms": n, "smgemm TFLOP/s": 3.0 * n, "cuBLASLt carve-out TFLOP/s": 2.9 * n}
+            for n in (16, 32, 66)]
+    path = tmp_path / "plot.png"
+    message = plot_budgets(rows, str(path))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in message and not path.exists()
+    else:
+        assert message == f"wrote {path}" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
