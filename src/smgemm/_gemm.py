@@ -18,7 +18,8 @@ from triton.runtime import _allocation
 
 from ._device import device_spec, interpreter_active, tf32_enabled
 from .mxfp4 import MXFP4Tensor
-from .plan import INPUT_DTYPES, OUTPUT_DTYPES, SCHEDULES, Plan, TileConfig, make_plan
+from .plan import INPUT_DTYPES, OUTPUT_DTYPES, SCHEDULES, Plan, TileConfig, make_plan, resolve_budget
+from .tuning import lookup
 
 _INT32_MAX = 2**31 - 1
 _FP8 = torch.float8_e4m3fn
@@ -235,7 +236,10 @@ def gemm(
     if k == 0:
         return _empty_product(out, c if has_c else None, beta)
 
-    plan = make_plan(m, n, k, a.dtype, device_spec(device), schedule=schedule, num_sms=num_sms,
+    spec = device_spec(device)
+    if config is None and schedule == "auto":  # a configuration measured by smgemm.tuning, if one is loaded
+        config, schedule = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) or (None, schedule)
+    plan = make_plan(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
                      tf32=a.dtype == torch.float32 and tf32_enabled(), config=config)
     tensors = (a, b, out) + ((c,) if has_c else ())
     use_int64 = any(_needs_int64(t) for t in tensors)

@@ -1,0 +1,200 @@
+"""Explicit tuning: time candidate tile configurations on the device and keep the winners in a JSON file.
+
+The default path never tunes: the planner's analytical model (plan.py) picks every configuration. Tuning is for
+users who know their shapes and want the measured best:
+
+    python -m smgemm tune --shapes 4096x14336x4096,16x4096x4096 --num-sms 66 --out tuned.json   # on the GPU
+    smgemm.use_tuning("tuned.json")     # later, in the serving process
+
+After `use_tuning`, a GEMM whose problem is in the file (device name, M, N, K, dtype, SM budget), called with
+schedule "auto" and no explicit `config`, runs the stored configuration and schedule; every other GEMM is planned
+as before. The table is process-wide and read-only once loaded; `use_tuning(None)` turns it off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+
+import torch
+
+from ._device import DeviceSpec, device_spec
+from .plan import _CANDIDATE_TILES, _SMEM_RESERVE, TileConfig, element_bytes, min_block_k, resolve_budget, streamk_split
+
+FORMAT_VERSION = 1
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8"}
+_DTYPES = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
+
+Key = tuple[str, int, int, int, str, int]  # device name, M, N, K, dtype name, SM budget
+
+
+class _Active:
+    table: dict[Key, tuple[TileConfig, str]] | None = None
+
+
+_ACTIVE = _Active()
+
+
+def _key(spec: DeviceSpec, m: int, n: int, k: int, dtype: torch.dtype, budget: int) -> Key:
+    return spec.name, m, n, k, _DTYPE_NAMES[dtype], budget
+
+
+def candidates(
+    m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, budget: int
+) -> list[tuple[TileConfig, str]]:
+    """Every (config, schedule) the search times: each candidate tile no larger than the problem needs, BLOCK_K
+    of 128 or 256 bytes, 2-4 stages that fit in shared memory, the Hopper path on and off for tiles of 128 x 128
+    and more, persistent and (where the shape splits) Stream-K."""
+    elem = element_bytes(dtype)
+    max_m, max_n = max(16, 1 << max(0, (m - 1).bit_length())), max(32, 1 << max(0, (n - 1).bit_length()))
+    found = []
+    for bm, bn, warps in _CANDIDATE_TILES:
+        if bm > max_m or bn > max_n:
+            continue
+        for block_k in sorted({max(min_block_k(dtype), 128 // elem), max(min_block_k(dtype), 256 // elem)}):
+            stage_bytes = (bm + bn) * block_k * elem
+            for stages in (2, 3, 4):
+                if (stages + 1) * stage_bytes > spec.smem_per_block - _SMEM_RESERVE:
+                    continue
+                for hopper in (False, True) if bm * bn >= 128 * 128 else (False,):
+                    cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper,
+                                     tma_store=hopper, flatten=hopper)
+                    found.append((cfg, "persistent"))
+                    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+                    if streamk_split(tiles, math.ceil(k / block_k), budget) is not None:
+                        found.append((cfg, "streamk"))
+    return found
+
+
+def _gpu_ms(fn: Callable[[], object]) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def _cpu_ms(fn: Callable[[], object]) -> float:
+    """The interpreter has no meaningful timing; one run's wall time keeps the search runnable on a CPU."""
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def tune(
+    shapes: Iterable[tuple[int, int, int]],
+    dtype: torch.dtype = torch.bfloat16,
+    *,
+    num_sms: int | None = None,
+    device: str | torch.device = "cuda",
+    timer: Callable[[Callable[[], object]], float] | None = None,
+    log: Callable[[str], None] | None = print,
+) -> list[dict]:
+    """Time every candidate of each (M, N, K) on `device` with `num_sms`; returns one entry per shape (the fastest
+    configuration that ran and matched the first candidate's result), ready for `save`.
+
+    B is a transposed [N, K] weight, as in nn.Linear; operands are fresh random data.
+    """
+    from ._gemm import gemm
+
+    device = torch.device(device)
+    spec = device_spec(device)
+    budget = resolve_budget(num_sms, spec)
+    timer = timer or (_gpu_ms if device.type == "cuda" else _cpu_ms)
+    entries = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device=device).to(dtype)
+        b = torch.randn(n, k, device=device).to(dtype).t()
+        ref = (a.double() @ b.double()).float()
+        tolerance = 0.05 if dtype == torch.float8_e4m3fn else 0.01
+        best = None
+        for cfg, schedule in candidates(m, n, k, dtype, spec, budget):
+            def run(a=a, b=b, cfg=cfg, schedule=schedule):
+                return gemm(a, b, config=cfg, schedule=schedule, num_sms=num_sms)
+
+            try:
+                err = ((run().float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                if not err <= tolerance:  # also catches NaN
+                    raise RuntimeError(f"relative error {err:.2e}")
+                ms = timer(run)
+            except Exception as e:  # a configuration that does not compile or fit is skipped, and said so
+                if log:
+                    log(f"  {m}x{n}x{k} {schedule} {cfg}: skipped ({type(e).__name__}: {str(e)[:80]})")
+                continue
+            if best is None or ms < best[0]:
+                best = (ms, cfg, schedule)
+        if best is None:
+            raise RuntimeError(f"no candidate configuration ran for {m}x{n}x{k} {dtype}")
+        ms, cfg, schedule = best
+        if log:
+            log(f"{m}x{n}x{k} {_DTYPE_NAMES[dtype]} on {budget} SMs: {schedule} {cfg} ({ms * 1e3:.1f} us)")
+        entries.append({"device": spec.name, "m": m, "n": n, "k": k, "dtype": _DTYPE_NAMES[dtype],
+                        "num_sms": budget, "schedule": schedule, "config": asdict(cfg), "us": ms * 1e3})
+    return entries
+
+
+def save(entries: list[dict], path: str) -> None:
+    """Write tuning entries (from `tune`, possibly several runs' concatenated) as a JSON file."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"format": FORMAT_VERSION, "entries": entries}, f, indent=1)
+
+
+def load(path: str) -> dict[Key, tuple[TileConfig, str]]:
+    """Read a tuning file into a lookup table; a malformed file raises ValueError naming the problem."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
+        raise ValueError(f"{path}: not an smgemm tuning file of format {FORMAT_VERSION}")
+    table = {}
+    for i, e in enumerate(data.get("entries", [])):
+        try:
+            key = (str(e["device"]), int(e["m"]), int(e["n"]), int(e["k"]), str(e["dtype"]), int(e["num_sms"]))
+            if key[4] not in _DTYPES:
+                raise ValueError(f"unknown dtype {key[4]!r}")
+            if e["schedule"] not in ("persistent", "streamk", "data_parallel"):
+                raise ValueError(f"unknown schedule {e['schedule']!r}")
+            table[key] = (TileConfig(**e["config"]), e["schedule"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{path}: entry {i} is malformed: {err}") from None
+    return table
+
+
+def use_tuning(path: str | None) -> None:
+    """Make GEMMs whose problems are in the tuning file at `path` use its configurations (None: stop)."""
+    _ACTIVE.table = None if path is None else load(path)
+
+
+def lookup(spec: DeviceSpec, m: int, n: int, k: int, dtype: torch.dtype, budget: int) -> tuple[TileConfig, str] | None:
+    """The tuned (config, schedule) of this problem, or None (no table loaded, or the problem is not in it)."""
+    table = _ACTIVE.table
+    if not table or dtype not in _DTYPE_NAMES:
+        return None
+    return table.get(_key(spec, m, n, k, dtype, budget))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m smgemm tune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", required=True, help="comma list of MxNxK")
+    p.add_argument("--dtype", default="bf16", help=",".join(_DTYPES))
+    p.add_argument("--num-sms", type=int, default=None, help="SM budget (default: the whole device)")
+    p.add_argument("--out", required=True, help="JSON file to write (entries already in it are kept)")
+    args = p.parse_args(argv)
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        print("No CUDA GPU: timing through the Triton interpreter is meaningless; the file is written for testing.")
+    entries = tune(shapes, _DTYPES[args.dtype], num_sms=args.num_sms, device=device)
+    try:
+        with open(args.out, encoding="utf-8") as f:
+            old = json.load(f).get("entries", [])
+    except FileNotFoundError:
+        old = []
+    keys = {(e["device"], e["m"], e["n"], e["k"], e["dtype"], e["num_sms"]) for e in entries}
+    kept = [e for e in old if (e["device"], e["m"], e["n"], e["k"], e["dtype"], e["num_sms"]) not in keys]
+    save(kept + entries, args.out)
+    print(f"wrote {len(kept + entries)} entries to {args.out}")
+    return 0

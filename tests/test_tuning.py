@@ -1,0 +1,85 @@
+"""Explicit tuning: the search, the file, and the planner reading it (the search runs in the interpreter on CPU)."""
+
+import json
+
+import pytest
+import torch
+
+import smgemm
+import smgemm._gemm
+from reference import assert_gemm_close, randn
+from smgemm import tuning
+from smgemm._device import device_spec
+from smgemm.plan import TileConfig, make_plan
+
+
+@pytest.fixture(autouse=True)
+def _no_table():
+    yield
+    smgemm.use_tuning(None)
+
+
+def _plans(monkeypatch) -> list:
+    """Record the plan of every launch."""
+    seen = []
+    launch = smgemm._gemm._launch
+    monkeypatch.setattr(smgemm._gemm, "_launch", lambda plan, *rest: (seen.append(plan), launch(plan, *rest)))
+    return seen
+
+
+def test_candidates_fit_and_cover_both_paths():
+    spec = device_spec(torch.device("cpu"))
+    found = tuning.candidates(256, 256, 512, torch.bfloat16, spec, 4)
+    assert {s for _, s in found} == {"persistent", "streamk"}
+    assert any(c.tma for c, _ in found) and any(not c.tma for c, _ in found)
+    assert not any(c.tma for c, _ in found if c.block_m * c.block_n < 128 * 128)
+    for cfg, _ in found:
+        assert (cfg.num_stages + 1) * (cfg.block_m + cfg.block_n) * cfg.block_k * 2 <= spec.smem_per_block
+        assert cfg.block_m <= 256 and cfg.block_n <= 256
+
+
+def test_tune_picks_the_fastest_and_the_planner_uses_it(tmp_path, monkeypatch, device):
+    # A fake timer that prefers one particular candidate: the search must store exactly that one.
+    spec = device_spec(torch.device(device))
+    wanted = TileConfig(16, 64, 64, num_warps=4, num_stages=2)
+
+    def timer(fn):
+        fn()
+        return 1.0 if fn.__defaults__[2] == wanted else 2.0
+
+    entries = tuning.tune([(48, 64, 128)], torch.float16, num_sms=3, device=device, timer=timer, log=None)
+    assert len(entries) == 1 and entries[0]["config"]["block_n"] == 64 and entries[0]["num_sms"] == 3
+    path = tmp_path / "tuned.json"
+    tuning.save(entries, str(path))
+    smgemm.use_tuning(str(path))
+    assert tuning.lookup(spec, 48, 64, 128, torch.float16, 3) == (wanted, entries[0]["schedule"])
+
+    plans = _plans(monkeypatch)
+    a = randn((48, 128), torch.float16, device)
+    b = randn((64, 128), torch.float16, device).t()
+    assert_gemm_close(smgemm.matmul(a, b, num_sms=3), a, b)
+    assert plans[-1].config == wanted
+    # Other problems, another budget, an explicit schedule: planned by the model as before.
+    smgemm.matmul(a, b, num_sms=4)
+    assert plans[-1].config == make_plan(48, 64, 128, torch.float16, spec, num_sms=4).config
+    smgemm.matmul(a, b, num_sms=3, schedule="persistent")
+    assert plans[-1].config == make_plan(48, 64, 128, torch.float16, spec, num_sms=3, schedule="persistent").config
+    smgemm.use_tuning(None)
+    smgemm.matmul(a, b, num_sms=3)
+    assert plans[-1].config == make_plan(48, 64, 128, torch.float16, spec, num_sms=3).config
+
+
+def test_malformed_files_are_refused(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"entries": []}))
+    with pytest.raises(ValueError, match="not an smgemm tuning file"):
+        smgemm.use_tuning(str(path))
+    entry = {"device": "x", "m": 1, "n": 1, "k": 1, "dtype": "bf16", "num_sms": 1, "schedule": "persistent",
+             "config": {"block_m": 16, "block_n": 32, "block_k": 16}}
+    for change, match in (({"dtype": "int8"}, "unknown dtype"), ({"schedule": "fast"}, "unknown schedule"),
+                          ({"config": {"block_m": 24, "block_n": 32, "block_k": 16}}, "power of two"),
+                          ({"m": None}, "entry 0")):
+        path.write_text(json.dumps({"format": tuning.FORMAT_VERSION, "entries": [{**entry, **change}]}))
+        with pytest.raises(ValueError, match=match):
+            smgemm.use_tuning(str(path))
+    assert tuning.lookup(device_spec(torch.device("cpu")), 1, 1, 1, torch.bfloat16, 1) is None
