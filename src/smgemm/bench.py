@@ -326,7 +326,12 @@ def interpreter_check() -> list[dict[str, object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m smgemm bench", description=__doc__)
+    if argv and argv[0] == "overlap":
+        from .overlap_bench import main as overlap_main
+
+        return overlap_main(argv[1:])
+    p = argparse.ArgumentParser(prog="python -m smgemm bench", description=__doc__,
+                                epilog="python -m smgemm bench overlap --help: the overlap benchmark")
     p.add_argument("--dtype", default="bf16", help="comma list of " + ",".join(DTYPES))
     p.add_argument("--suite", default="quick", help="comma list of " + ",".join(SUITES))
     p.add_argument("--num-sms", default="16,32,66,100,132", help="budgets for the SM-constrained table ('' skips)")

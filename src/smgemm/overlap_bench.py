@@ -1,0 +1,141 @@
+"""`python -m smgemm bench overlap`: a GEMM on k SMs beside a memory-bound kernel on the rest of the chip.
+
+NanoFlow-style intra-device parallelism: a compute-bound GEMM and a bandwidth-bound kernel (here a row reduction
+over a large bf16 tensor, like decode attention reading its KV cache) each need only part of the chip, so running
+them side by side can beat running them one after the other. For each k the table reports wall times of
+
+* sequential: the GEMM on the whole chip, then the reduction on the whole chip (one stream);
+* concurrent: both on the whole chip, on two streams (the hardware interleaves their blocks as it likes);
+* partitioned: the GEMM with num_sms=k in `SMPartition(k)`, the reduction in `SMPartition(total - k)` (green
+  contexts where available: the driver rounds each up to a multiple of 8, so they may share a few SMs).
+
+Every run draws fresh operands, checks the GEMM against torch and the reduction against a float64 sum.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import torch
+
+
+def _time_ms(run: Callable[[], None], reps: int) -> float:
+    """Milliseconds per `run` (events on the current stream around `reps` runs, after a warm-up run)."""
+    run()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def _side_by_side(first: tuple[torch.cuda.Stream, Callable], second: tuple[torch.cuda.Stream, Callable]) -> None:
+    """Launch two pieces of work on two streams, ordered after and before the current stream's work."""
+    main = torch.cuda.current_stream()
+    for stream, work in (first, second):
+        stream.wait_stream(main)
+        with torch.cuda.stream(stream):
+            work()
+    for stream, _ in (first, second):
+        main.wait_stream(stream)
+
+
+def bench_overlap(
+    gemm_shape: tuple[int, int, int], mem_bytes: float, budgets: list[int], reps: int = 10
+) -> list[dict[str, object]]:
+    import smgemm
+
+    m, n, k = gemm_shape
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    cols = 8192
+    x = torch.randn(max(1, int(mem_bytes / (2 * cols))), cols, device="cuda").to(torch.bfloat16)
+    r = torch.empty(x.shape[0], device="cuda", dtype=torch.float32)
+
+    def reduce() -> None:
+        torch.sum(x, dim=1, dtype=torch.float32, out=r)
+
+    def gemm(num_sms: int | None = None) -> Callable[[], None]:
+        return lambda: smgemm.matmul(a, w.t(), num_sms=num_sms, out=d)
+
+    gemm()()
+    reduce()
+    ref = torch.matmul(a, w.t())
+    gemm_err = ((d.float() - ref.float()).norm() / ref.float().norm()).item()
+    head = x[:4096].double()  # fp32 sums of 8192 terms: within 8192 * 2^-24 of the sum of magnitudes
+    red_err = ((r[:4096].double() - head.sum(dim=1)).abs() / head.abs().sum(dim=1)).max().item()
+    if not (gemm_err < 1e-2 and red_err < 1e-3):
+        raise RuntimeError(f"wrong results before timing: GEMM rel err {gemm_err:.2e}, reduction {red_err:.2e}")
+
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    t_gemm = _time_ms(gemm(), reps)
+    t_mem = _time_ms(reduce, reps)
+    t_seq = _time_ms(lambda: (gemm()(), reduce()), reps)
+    t_conc = _time_ms(lambda: _side_by_side((s1, gemm()), (s2, reduce)), reps)
+    rows = []
+    for sms in budgets:
+        g_part, m_part = smgemm.SMPartition(sms), smgemm.SMPartition(max(1, total - sms))
+        t_gemm_k = _time_ms(gemm(sms), reps)
+        t_part = _time_ms(lambda g=g_part, p=m_part, sms=sms: _side_by_side((g.stream, gemm(sms)), (p.stream, reduce)),
+                          reps)
+        rows.append({
+            "GEMM SMs": sms, "other SMs": total - sms, "isolated": g_part.isolated and m_part.isolated,
+            "GEMM alone ms": t_gemm, f"GEMM on {sms} SMs ms": t_gemm_k, "reduction alone ms": t_mem,
+            "sequential ms": t_seq, "concurrent ms": t_conc, "partitioned ms": t_part,
+            "partitioned / sequential": t_part / t_seq,
+        })
+    return rows
+
+
+def plot_overlap(rows: list[dict[str, object]], path: str, title: str) -> str:
+    """PNG of wall time against the GEMM's SM count for the three ways of running the pair."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return f"plot skipped ({path}): matplotlib is not installed (pip install 'smgemm[bench]')"
+    sms = [r["GEMM SMs"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.plot(sms, [r["sequential ms"] for r in rows], ":", color="gray", label="sequential (full chip each)")
+    ax.plot(sms, [r["concurrent ms"] for r in rows], "--", label="concurrent, two streams (full chip each)")
+    ax.plot(sms, [r["partitioned ms"] for r in rows], "o-", label="partitioned: GEMM on k SMs, reduction on rest")
+    ax.set(title=title, xlabel="k: SMs given to the GEMM", ylabel="wall time per pair (ms)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"wrote {path}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .bench import _table, environment
+
+    p = argparse.ArgumentParser(prog="python -m smgemm bench overlap", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gemm", default="8192x8192x8192", help="MxNxK of the bf16 GEMM (B an [N, K] weight)")
+    p.add_argument("--mem-gb", type=float, default=6.0, help="GB the reduction reads")
+    p.add_argument("--num-sms", default="32,48,66,80,100,116", help="GEMM SM counts k to sweep")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--plot", default="smgemm_overlap.png", help="PNG path ('' skips)")
+    args = p.parse_args(argv)
+    print(environment())
+    if not torch.cuda.is_available():
+        print("The overlap benchmark needs a CUDA GPU (it times concurrent streams); nothing to do on a CPU.")
+        return 0
+    shape = tuple(int(v) for v in args.gemm.split("x"))
+    rows = bench_overlap(shape, args.mem_gb * 1e9, [int(v) for v in args.num_sms.split(",")], args.reps)
+    print(_table(rows))
+    best = min(rows, key=lambda r: r["partitioned / sequential"])
+    print(f"best k = {best['GEMM SMs']}: partitioned / sequential = {best['partitioned / sequential']:.3f}")
+    if args.plot:
+        print(plot_overlap(rows, args.plot, f"{args.gemm} bf16 GEMM + {args.mem_gb:g} GB reduction"))
+    return 0
