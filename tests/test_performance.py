@@ -26,3 +26,18 @@ def test_mxfp4_decode_and_large():
     rows = bench_mxfp4([(16, 8192, 8192), (4096, 4096, 4096)]) + bench_mxfp4([(4096, 4096, 4096)], both=True)
     print("\n" + _table(rows))
     assert all(r["rel err"] < 1e-2 for r in rows)
+
+
+def test_hopper_path_full_chip_and_sm_budgets():
+    """Issue 4's comparisons, short: full chip vs torch.matmul (bf16, fp8 vs _scaled_mm), budgets vs cuBLASLt."""
+    import torch
+
+    from smgemm.bench import bench_budgets
+
+    shapes = [(8192, 8192, 8192), (4096, 14336, 4096), (1024, 8192, 8192)]
+    rows = bench_full_chip(shapes, torch.bfloat16, ["auto"])
+    rows += bench_full_chip(shapes[:1], torch.float8_e4m3fn, ["auto"])
+    print("\n" + _table(rows))
+    budget_rows = bench_budgets([(8192, 8192, 8192)], torch.bfloat16, [16, 66])
+    print(_table(budget_rows))
+    assert all(r["rel err"] < 1e-2 for r in rows + budget_rows)
