@@ -212,16 +212,35 @@ def bench_budgets(shapes: list[tuple[int, int, int]], dtype: torch.dtype, budget
     return rows
 
 
-def plot_budgets(rows: list[dict[str, object]], path: str, label: str = "bf16") -> str:
-    """Write a PNG of TFLOP/s against num_sms per shape (smgemm, cuBLASLt carve-out, ideal linear scaling from
-    smgemm's rate per SM at the smallest budget); returns a line saying what was written."""
+def pyplot():
+    """matplotlib.pyplot with a file-only backend, or None when matplotlib is not installed (it is optional)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return f"plot skipped ({path}): matplotlib is not installed (pip install 'smgemm[bench]')"
+        return None
+    return plt
+
+
+def save_figure(fig, path: str) -> str:
+    """Lay out, write and close `fig`; returns the line the benchmarks print."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    fig.clf()
+    return f"wrote {path}"
+
+
+PLOT_SKIPPED = "plot skipped ({}): matplotlib is not installed (pip install 'smgemm[bench]')"
+
+
+def plot_budgets(rows: list[dict[str, object]], path: str, label: str = "bf16") -> str:
+    """Write a PNG of TFLOP/s against num_sms per shape (smgemm, cuBLASLt carve-out, ideal linear scaling from
+    smgemm's rate per SM at the smallest budget); returns a line saying what was written."""
+    plt = pyplot()
+    if plt is None:
+        return PLOT_SKIPPED.format(path)
     shapes = sorted({(r["M"], r["N"], r["K"]) for r in rows}, key=lambda s: s[0] * s[1] * s[2], reverse=True)
     fig, axes = plt.subplots(1, len(shapes), figsize=(5.5 * len(shapes), 4.2), squeeze=False)
     for ax, shape in zip(axes[0], shapes):
@@ -234,10 +253,9 @@ def plot_budgets(rows: list[dict[str, object]], path: str, label: str = "bf16") 
         ax.set(title="x".join(map(str, shape)) + f" {label}", xlabel="SMs", ylabel="TFLOP/s")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    result = save_figure(fig, path)
     plt.close(fig)
-    return f"wrote {path}"
+    return result
 
 
 MXFP4_DECODE = [(m, n, k) for m in (1, 16, 64) for n, k in ((4096, 4096), (8192, 8192), (14336, 4096))]

@@ -95,13 +95,11 @@ def bench_overlap(
 
 def plot_overlap(rows: list[dict[str, object]], path: str, title: str) -> str:
     """PNG of wall time against the GEMM's SM count for the three ways of running the pair."""
-    try:
-        import matplotlib
+    from .bench import PLOT_SKIPPED, pyplot, save_figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return f"plot skipped ({path}): matplotlib is not installed (pip install 'smgemm[bench]')"
+    plt = pyplot()
+    if plt is None:
+        return PLOT_SKIPPED.format(path)
     sms = [r["GEMM SMs"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.plot(sms, [r["sequential ms"] for r in rows], ":", color="gray", label="sequential (full chip each)")
@@ -110,10 +108,9 @@ def plot_overlap(rows: list[dict[str, object]], path: str, title: str) -> str:
     ax.set(title=title, xlabel="k: SMs given to the GEMM", ylabel="wall time per pair (ms)")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    result = save_figure(fig, path)
     plt.close(fig)
-    return f"wrote {path}"
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
