@@ -33,6 +33,7 @@ Key = tuple[str, int, int, int, str, int]  # device name, M, N, K, dtype name, S
 
 class _Active:
     table: dict[Key, tuple[TileConfig, str]] | None = None
+    version: int = 0  # bumped by use_tuning: smgemm._gemm forgets the plans it derived from an older table
 
 
 _ACTIVE = _Active()
@@ -163,6 +164,12 @@ def load(path: str) -> dict[Key, tuple[TileConfig, str]]:
 def use_tuning(path: str | None) -> None:
     """Make GEMMs whose problems are in the tuning file at `path` use its configurations (None: stop)."""
     _ACTIVE.table = None if path is None else load(path)
+    _ACTIVE.version += 1
+
+
+def tuning_version() -> int:
+    """Changes whenever `use_tuning` is called."""
+    return _ACTIVE.version
 
 
 def lookup(spec: DeviceSpec, m: int, n: int, k: int, dtype: torch.dtype, budget: int) -> tuple[TileConfig, str] | None:
