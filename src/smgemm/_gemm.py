@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+from typing import NamedTuple
 
 import torch
 from triton.runtime import _allocation
@@ -224,7 +225,7 @@ def gemm(
         if seen is not None:  # this signature passed every check below before: same plan, same launch
             plan, shape, dtype, has_c, ints, meta, launch_key = seen
             out = _empty(shape, dtype, a.device)
-            tensors = _tensor_args(plan, a, b, out, c if has_c else None, scale_a, scale_b, None)
+            tensors = _tensor_args(plan, _Operands(a, b, out, c if has_c else None, scale_a, scale_b))
             _launch(plan, tensors, ints, (float(alpha), float(beta)), meta, launch_key)
             return out
 
@@ -256,9 +257,9 @@ def gemm(
     use_int64 = any(_needs_int64(t) for t in tensors)
     if smid_out is not None and smid_out.numel() < plan.num_programs:
         raise ValueError(f"smid_out needs {plan.num_programs} elements, got {smid_out.numel()}")
-    c = c if has_c else None
-    tensors = _tensor_args(plan, a, b, out, c, scale_a, scale_b, smid_out)
-    ints, meta = _static_args(plan, a, b, out, c, scale_a, scale_b, stride_sa, stride_sb, use_int64, smid_out)
+    ops = _Operands(a, b, out, c if has_c else None, scale_a, scale_b, smid_out)
+    tensors = _tensor_args(plan, ops)
+    ints, meta = _static_args(plan, ops, stride_sa, stride_sb, use_int64)
     launch_key = _launch(plan, tensors, ints, (float(alpha), float(beta)), meta)
     if key is not None:
         if len(_SEEN_CALLS) >= _SEEN_CALLS_MAX:
@@ -293,51 +294,42 @@ def _signature(a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, co
         return None
 
 
-def _tensor_args(
-    plan: Plan,
-    a: torch.Tensor | MXFP4Tensor,
-    b: torch.Tensor | MXFP4Tensor,
-    out: torch.Tensor,
-    c: torch.Tensor | None,
-    scale_a: torch.Tensor | None,
-    scale_b: torch.Tensor | None,
-    smid_out: torch.Tensor | None,
-) -> tuple:
-    """gemm_kernel's pointer arguments, in signature order (unused ones point at `out`).
+class _Operands(NamedTuple):
+    """The tensors of one launch. `a` is [M, K] and `b` [K, N], except that an MXFP4 `b` is the [N, K] weight
+    (packed along K); `c` is the input expanded to [M, N], None when it is not read."""
 
-    `a` is [M, K] and `b` [K, N], except that an MXFP4 `b` is the [N, K] weight (packed along K).
-    """
+    a: torch.Tensor | MXFP4Tensor
+    b: torch.Tensor | MXFP4Tensor
+    out: torch.Tensor
+    c: torch.Tensor | None = None
+    scale_a: torch.Tensor | None = None
+    scale_b: torch.Tensor | None = None
+    smid_out: torch.Tensor | None = None
+
+
+def _tensor_args(plan: Plan, ops: _Operands) -> tuple:
+    """gemm_kernel's pointer arguments, in signature order (unused ones point at `out`)."""
+    a, b, out = ops.a, ops.b, ops.out
     a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
     return (
         a.data if a_mx else a,
         b.data if b_mx else b,
         out,
-        c if c is not None else out,
-        scale_a if scale_a is not None else out,
-        scale_b if scale_b is not None else out,
+        ops.c if ops.c is not None else out,
+        ops.scale_a if ops.scale_a is not None else out,
+        ops.scale_b if ops.scale_b is not None else out,
         a.scales if a_mx else out,
         b.scales if b_mx else out,
         _workspace(plan, out.device) if plan.sk_tiles else out,
-        smid_out if smid_out is not None else out,
+        ops.smid_out if ops.smid_out is not None else out,
     )
 
 
-def _static_args(
-    plan: Plan,
-    a: torch.Tensor | MXFP4Tensor,
-    b: torch.Tensor | MXFP4Tensor,
-    out: torch.Tensor,
-    c: torch.Tensor | None,
-    scale_a: torch.Tensor | None,
-    scale_b: torch.Tensor | None,
-    stride_sa: int,
-    stride_sb: int,
-    use_int64: bool,
-    smid_out: torch.Tensor | None,
-) -> tuple[tuple, dict]:
+def _static_args(plan: Plan, ops: _Operands, stride_sa: int, stride_sb: int, use_int64: bool) -> tuple[tuple, dict]:
     """gemm_kernel's int arguments (signature order) and meta-parameters: functions of the shapes, strides,
     dtypes and alignment of the operands and of the plan only, never of the data (so repeat calls reuse them).
     """
+    a, b, out, c, scale_a, scale_b, smid_out = ops
     cfg = plan.config
     a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
     stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
@@ -438,9 +430,9 @@ def gemm_mxfp4(
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     tensors = [t for _, t in dense] + [w.data, out] + ([c] if has_c else [])
     use_int64 = any(_needs_int64(t) for t in tensors)
-    c = c if has_c else None
-    tensors = _tensor_args(plan, a, w, out, c, None, None, None)
-    ints, meta = _static_args(plan, a, w, out, c, None, None, 0, 0, use_int64, None)
+    ops = _Operands(a, w, out, c if has_c else None)
+    ints, meta = _static_args(plan, ops, 0, 0, use_int64)
+    tensors = _tensor_args(plan, ops)
     _launch(plan, tensors, ints, (float(alpha), float(beta)), meta)
     return out
 
