@@ -25,7 +25,8 @@ def assert_gemm_close(out, a, b, *, alpha=1.0, beta=0.0, c=None, scale_a=None, s
 
     Bound per element: the fp32 accumulation over K terms (gamma_K = K * u32 times sum |a||b|; with TF32 each
     operand is first rounded to 11 significant bits, 2 * 2^-11 relative per product), plus rounding the result to
-    out.dtype (u_out * |ref|), plus fp32 rounding in the epilogue. No element may be NaN.
+    out.dtype (u_out * |ref|, or half a subnormal step near zero), plus fp32 rounding in the epilogue. No element
+    may be NaN.
 
     fp8 on a GPU: Hopper's fp8 tensor cores add each MMA step's 32 products into the accumulator keeping about
     13 mantissa bits (DeepSeek-V3 report, sec. 3.3.2), so each of the K/32 steps may lose 2^-13 of the running
@@ -52,7 +53,10 @@ def assert_gemm_close(out, a, b, *, alpha=1.0, beta=0.0, c=None, scale_a=None, s
         c64 = c.double().expand_as(ref)
         ref = ref + beta * c64
         bound = bound + 2 * u32 * abs(beta) * c64.abs()
-    bound = bound + _UNIT_ROUNDOFF[out.dtype] * ref.abs() * 1.01 + 1e-30
+    # Rounding to out.dtype: relative for normal results, half the subnormal spacing absolute near zero (a bias
+    # can cancel the product: a 1.4e-6 result is subnormal in fp16 and rounds to a multiple of 2^-24).
+    finfo = torch.finfo(out.dtype)
+    bound = bound + _UNIT_ROUNDOFF[out.dtype] * ref.abs() * 1.01 + finfo.tiny * finfo.eps / 2 * 1.01 + 1e-30
     out64 = out.double().cpu()
     ref, bound = ref.cpu(), bound.cpu()
     assert not torch.isnan(out64).any(), f"{int(torch.isnan(out64).sum())} NaN elements (unwritten tiles?)"

@@ -89,3 +89,20 @@ def test_given_out_is_checked_every_call(checks, device):
     for _ in range(2):
         smgemm.matmul(a, b, out=out)
     assert len(checks) == 2
+
+
+@pytest.mark.parametrize("both", [False, True])
+def test_mxfp4_repeat_calls(both, checks, device, monkeypatch):
+    full = []
+    real = G._check_backend
+    monkeypatch.setattr(G, "_check_backend", lambda d: (full.append(1), real(d))[1])
+    for _ in range(3):
+        x = randn((24, 64), torch.bfloat16, device)
+        w = smgemm.quantize_mxfp4(randn((40, 64), torch.bfloat16, device))
+        a = smgemm.quantize_mxfp4(x) if both else x
+        out = G.gemm_mxfp4(a, w, num_sms=2)
+        dense = a.dequantize(torch.float32) if both else x.float()
+        assert_gemm_close(out, dense, w.dequantize(torch.float32).t())
+    assert len(full) == 1
+    with pytest.raises(TypeError, match="must be an MXFP4Tensor"):
+        G.gemm_mxfp4(a, w.dequantize())

@@ -220,14 +220,10 @@ def gemm(
     """
     key = None
     if out is None and smid_out is None:
-        key = _signature(a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config)
-        seen = _SEEN_CALLS.get(key) if key is not None else None
-        if seen is not None:  # this signature passed every check below before: same plan, same launch
-            plan, shape, dtype, has_c, ints, meta, launch_key = seen
-            out = _empty(shape, dtype, a.device)
-            tensors = _tensor_args(plan, _Operands(a, b, out, c if has_c else None, scale_a, scale_b))
-            _launch(plan, tensors, ints, (float(alpha), float(beta)), meta, launch_key)
-            return out
+        key = _signature("gemm", a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config)
+        repeated = _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta)
+        if repeated is not None:
+            return repeated
 
     m, k, n = check_operands(a, b)
     device = a.device
@@ -261,10 +257,7 @@ def gemm(
     tensors = _tensor_args(plan, ops)
     ints, meta = _static_args(plan, ops, stride_sa, stride_sb, use_int64)
     launch_key = _launch(plan, tensors, ints, (float(alpha), float(beta)), meta)
-    if key is not None:
-        if len(_SEEN_CALLS) >= _SEEN_CALLS_MAX:
-            _SEEN_CALLS.clear()
-        _SEEN_CALLS[key] = (plan, (m, n), out_dtype, has_c, ints, meta, launch_key)
+    _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launch_key))
     return out
 
 
@@ -276,22 +269,44 @@ _SEEN_CALLS: dict[tuple, tuple] = {}
 _SEEN_CALLS_MAX = 4096
 
 
-def _tensor_signature(t: torch.Tensor | None) -> tuple:
+def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple:
     if t is None:
         return (None,)
+    if isinstance(t, MXFP4Tensor):
+        return (MXFP4Tensor, *_tensor_signature(t.data), *_tensor_signature(t.scales))
     return type(t), t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0
 
 
-def _signature(a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config) -> tuple | None:
-    """The key of a gemm call in _SEEN_CALLS, or None when an argument is not what a key can describe."""
+def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config) -> tuple | None:
+    """The key of a call of `entry` ("gemm", "gemm_mxfp4") in _SEEN_CALLS, or None when an argument is not
+    what a key can describe."""
     try:
         return (
-            *_tensor_signature(a), *_tensor_signature(b), *_tensor_signature(c), c is not None and beta != 0,
+            entry, *_tensor_signature(a), *_tensor_signature(b), *_tensor_signature(c), c is not None and beta != 0,
             *_tensor_signature(scale_a), *_tensor_signature(scale_b), out_dtype, schedule, type(num_sms), num_sms,
-            config, a.dtype == torch.float32 and tf32_enabled(), tuning_version(),
+            config, getattr(a, "dtype", None) == torch.float32 and tf32_enabled(), tuning_version(),
         )
     except (AttributeError, TypeError, RuntimeError):  # not tensors (the checks will say so), unhashable knobs
         return None
+
+
+def _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta) -> torch.Tensor | None:
+    """Launch a call whose signature passed every check before (same plan, same launch); None if it did not."""
+    seen = _SEEN_CALLS.get(key) if key is not None else None
+    if seen is None:
+        return None
+    plan, shape, dtype, has_c, ints, meta, launch_key = seen
+    out = _empty(shape, dtype, a.device)
+    tensors = _tensor_args(plan, _Operands(a, b, out, c if has_c else None, scale_a, scale_b))
+    _launch(plan, tensors, ints, (float(alpha), float(beta)), meta, launch_key)
+    return out
+
+
+def _remember(key: tuple | None, seen: tuple) -> None:
+    if key is not None:
+        if len(_SEEN_CALLS) >= _SEEN_CALLS_MAX:
+            _SEEN_CALLS.clear()
+        _SEEN_CALLS[key] = seen
 
 
 class _Operands(NamedTuple):
@@ -390,6 +405,12 @@ def gemm_mxfp4(
     Both are dequantized inside the kernel (exactly, to bf16; to fp16 when `a` is fp16) and multiplied with fp32
     accumulation; every schedule and `num_sms` work as for dense operands.
     """
+    key = None
+    if out is None:
+        key = _signature("gemm_mxfp4", a, w, c, beta, out_dtype, None, None, schedule, num_sms, config)
+        repeated = _repeat_call(key, a, w, c, None, None, alpha, beta)
+        if repeated is not None:
+            return repeated
     if not isinstance(w, MXFP4Tensor):
         raise TypeError(f"w must be an MXFP4Tensor (smgemm.quantize_mxfp4), got {type(w).__name__}")
     if w.dim() != 2:
@@ -432,8 +453,8 @@ def gemm_mxfp4(
     use_int64 = any(_needs_int64(t) for t in tensors)
     ops = _Operands(a, w, out, c if has_c else None)
     ints, meta = _static_args(plan, ops, 0, 0, use_int64)
-    tensors = _tensor_args(plan, ops)
-    _launch(plan, tensors, ints, (float(alpha), float(beta)), meta)
+    launch_key = _launch(plan, _tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
+    _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launch_key))
     return out
 
 
