@@ -348,8 +348,13 @@ def main(argv: list[str] | None = None) -> int:
         from .overlap_bench import main as overlap_main
 
         return overlap_main(argv[1:])
+    if argv and argv[0] == "tp":
+        from .tp_bench import main as tp_main
+
+        return tp_main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m smgemm bench", description=__doc__,
-                                epilog="python -m smgemm bench overlap --help: the overlap benchmark")
+                                epilog="python -m smgemm bench overlap --help / bench tp --help: the overlap and "
+                                       "tensor-parallel MLP benchmarks")
     p.add_argument("--dtype", default="bf16", help="comma list of " + ",".join(DTYPES))
     p.add_argument("--suite", default="quick", help="comma list of " + ",".join(SUITES))
     p.add_argument("--num-sms", default="16,32,66,100,132", help="budgets for the SM-constrained table ('' skips)")
