@@ -96,6 +96,22 @@ def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: lis
     return do_bench(step, warmup=25, rep=100, return_mode="median")
 
 
+def event_ms(run: Callable[[], object], reps: int, barrier: Callable[[], object] | None = None) -> float:
+    """Milliseconds per call of `run`: one warm-up call, then CUDA events on the current stream around `reps`
+    calls (after `barrier()`, e.g. `torch.distributed.barrier`, so that ranks start together)."""
+    run()
+    torch.cuda.synchronize()
+    if barrier is not None:
+        barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
 def graph_us(fn: Callable[[], object], calls: int = 20, reps: int = 10) -> float:
     """Median device microseconds of one call of `fn`, from replays of a CUDA graph of `calls` calls.
 

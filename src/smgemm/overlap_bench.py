@@ -20,19 +20,6 @@ from collections.abc import Callable
 import torch
 
 
-def _time_ms(run: Callable[[], None], reps: int) -> float:
-    """Milliseconds per `run` (events on the current stream around `reps` runs, after a warm-up run)."""
-    run()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        run()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
-
-
 def _side_by_side(first: tuple[torch.cuda.Stream, Callable], second: tuple[torch.cuda.Stream, Callable]) -> None:
     """Launch two pieces of work on two streams, ordered after and before the current stream's work."""
     main = torch.cuda.current_stream()
@@ -48,6 +35,8 @@ def bench_overlap(
     gemm_shape: tuple[int, int, int], mem_bytes: float, budgets: list[int], reps: int = 10
 ) -> list[dict[str, object]]:
     import smgemm
+
+    from .bench import event_ms
 
     m, n, k = gemm_shape
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
@@ -74,15 +63,15 @@ def bench_overlap(
         raise RuntimeError(f"wrong results before timing: GEMM rel err {gemm_err:.2e}, reduction {red_err:.2e}")
 
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-    t_gemm = _time_ms(gemm(), reps)
-    t_mem = _time_ms(reduce, reps)
-    t_seq = _time_ms(lambda: (gemm()(), reduce()), reps)
-    t_conc = _time_ms(lambda: _side_by_side((s1, gemm()), (s2, reduce)), reps)
+    t_gemm = event_ms(gemm(), reps)
+    t_mem = event_ms(reduce, reps)
+    t_seq = event_ms(lambda: (gemm()(), reduce()), reps)
+    t_conc = event_ms(lambda: _side_by_side((s1, gemm()), (s2, reduce)), reps)
     rows = []
     for sms in budgets:
         g_part, m_part = smgemm.SMPartition(sms), smgemm.SMPartition(max(1, total - sms))
-        t_gemm_k = _time_ms(gemm(sms), reps)
-        t_part = _time_ms(lambda g=g_part, p=m_part, sms=sms: _side_by_side((g.stream, gemm(sms)), (p.stream, reduce)),
+        t_gemm_k = event_ms(gemm(sms), reps)
+        t_part = event_ms(lambda g=g_part, p=m_part, sms=sms: _side_by_side((g.stream, gemm(sms)), (p.stream, reduce)),
                           reps)
         rows.append({
             "GEMM SMs": sms, "other SMs": total - sms, "isolated": g_part.isolated and m_part.isolated,

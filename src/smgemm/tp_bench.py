@@ -47,19 +47,13 @@ def _free_port() -> int:
 
 
 def _time_ms(fn, reps: int, cuda: bool) -> float:
+    if cuda:
+        from .bench import event_ms
+
+        return event_ms(fn, reps, dist.barrier)
     import time
 
     fn()
-    if cuda:
-        torch.cuda.synchronize()
-        dist.barrier()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / reps
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(reps):
