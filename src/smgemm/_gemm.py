@@ -256,12 +256,13 @@ def gemm(
     ops = _Operands(a, b, out, c if has_c else None, scale_a, scale_b, smid_out)
     tensors = _tensor_args(plan, ops)
     ints, meta = _static_args(plan, ops, stride_sa, stride_sb, use_int64)
-    launch_key = _launch(plan, tensors, ints, (float(alpha), float(beta)), meta)
-    _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launch_key))
+    launcher = _launch(plan, tensors, ints, (float(alpha), float(beta)), meta)
+    _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launcher))
     return out
 
 
-# Calls whose signature passed every check, with what the checks and the planner derived from it. A signature
+# Calls whose signature passed every check, with what the checks and the planner derived from it (and the
+# compiled kernel's launcher). A signature
 # holds everything those depend on (devices, dtypes, shapes, strides, 16-byte alignment of every input, the
 # knobs, the TF32 setting for fp32, the loaded tuning table); data never enters. Only calls that allocate their
 # output are remembered (an `out` given by the caller needs its overlap checks on every call). Bounded.
@@ -295,10 +296,10 @@ def _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta) -> torch.Tensor | 
     seen = _SEEN_CALLS.get(key) if key is not None else None
     if seen is None:
         return None
-    plan, shape, dtype, has_c, ints, meta, launch_key = seen
+    plan, shape, dtype, has_c, ints, meta, launcher = seen
     out = _empty(shape, dtype, a.device)
     tensors = _tensor_args(plan, _Operands(a, b, out, c if has_c else None, scale_a, scale_b))
-    _launch(plan, tensors, ints, (float(alpha), float(beta)), meta, launch_key)
+    _launch(plan, tensors, ints, (float(alpha), float(beta)), meta, launcher)
     return out
 
 
@@ -453,8 +454,8 @@ def gemm_mxfp4(
     use_int64 = any(_needs_int64(t) for t in tensors)
     ops = _Operands(a, w, out, c if has_c else None)
     ints, meta = _static_args(plan, ops, 0, 0, use_int64)
-    launch_key = _launch(plan, _tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
-    _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launch_key))
+    launcher = _launch(plan, _tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
+    _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launcher))
     return out
 
 
@@ -485,14 +486,14 @@ def _epoch() -> int:
 _LAUNCHERS: dict[tuple, object] = {}
 
 
-def _launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, key: tuple | None = None):
-    """Launch gemm_kernel on the tensors' device; returns the launcher-cache key (None in the interpreter), which
-    a caller may pass back for a launch with the same ints, meta, dtypes and alignment."""
+def _launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher=None):
+    """Launch gemm_kernel on the tensors' device; returns the compiled kernel's launcher (None in the interpreter),
+    which a caller may pass back for a launch with the same ints, meta, dtypes and alignment."""
     device = tensors[2].device
     # Triton launches on the current device: make it the tensors' device (cuda:1 ...) for the launch.
     other_device = device.type == "cuda" and device.index != torch.cuda.current_device()
     with torch.cuda.device(device) if other_device else contextlib.nullcontext():
-        return _launch_on(device, plan, tensors, ints, floats, meta, key)
+        return _launch_on(device, plan, tensors, ints, floats, meta, launcher)
 
 
 def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -502,29 +503,28 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")  # 512-byte aligned, more than Triton's 128 asks
 
 
-def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict,
-               key: tuple | None) -> tuple | None:
+def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher):
     from .kernels.gemm import gemm_kernel
 
     grid = plan.num_programs
     if device.type != "cuda":  # the interpreter: nothing compiled, nothing to cache
         gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta)
         return None
-    if key is None:
-        key = (device.index, plan, *meta.values(), ints,
-               tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
     # Triton asks the allocator in its context variable for the scratch; set ours for this launch only, so that
     # other Triton users' allocator (or none) is left as it was.
     token = _allocation._allocator.set(_scratch)
     try:
-        launcher = _LAUNCHERS.get(key)
-        if launcher is not None:
-            stream = torch._C._cuda_getCurrentRawStream(device.index)
-            launcher(*tensors, *ints, _epoch(), *floats, *meta.values(), stream=stream)
-            return key
-        compiled = gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta,
-                                        num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
-        _LAUNCHERS[key] = compiled[(grid, 1, 1)]
-        return key
+        if launcher is None:
+            key = (device.index, plan, *meta.values(), ints,
+                   tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
+            launcher = _LAUNCHERS.get(key)
+            if launcher is None:  # first launch of this specialization: compile (and run) through Triton
+                compiled = gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta,
+                                                num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
+                _LAUNCHERS[key] = compiled[(grid, 1, 1)]
+                return _LAUNCHERS[key]
+        stream = torch._C._cuda_getCurrentRawStream(device.index)
+        launcher(*tensors, *ints, _epoch(), *floats, *meta.values(), stream=stream)
+        return launcher
     finally:
         _allocation._allocator.reset(token)

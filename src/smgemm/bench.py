@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn}
+from .plan import DTYPES
 
 # Llama-3 8B / 70B projection (N, K): qkv, o, gate+up, down.
 LLAMA_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192), (8192, 8192),

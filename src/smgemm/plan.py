@@ -47,6 +47,8 @@ _ELEMENT_BYTES = {
     torch.float8_e4m3fn: 1,
 }
 INPUT_DTYPES = tuple(_ELEMENT_BYTES)
+# The short names the CLIs and tuning files use.
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn}
 OUTPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # (BLOCK_M, BLOCK_N, num_warps), largest first.

@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from .ops import linear
+
 
 def tp_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, chunks: int = 1,
            num_sms: int | None = None, group=None) -> torch.Tensor:
@@ -27,12 +29,10 @@ def tp_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, chunks:
     x [T, H] (replicated), w_up [F/world, H], w_down [H, F/world]. With chunks > 1 each chunk's all-reduce is
     issued asynchronously as soon as its GEMMs are done, so it overlaps the next chunk's GEMMs.
     """
-    import smgemm
-
     outs, pending = [], []
     for xc in x.chunk(chunks):
-        h = F.silu(smgemm.linear(xc, w_up, num_sms=num_sms))
-        y = smgemm.linear(h, w_down, num_sms=num_sms)
+        h = F.silu(linear(xc, w_up, num_sms=num_sms))
+        y = linear(h, w_down, num_sms=num_sms)
         pending.append(dist.all_reduce(y, group=group, async_op=True))
         outs.append(y)
     for work in pending:

@@ -22,11 +22,20 @@ from dataclasses import asdict
 import torch
 
 from ._device import DeviceSpec, device_spec
-from .plan import _CANDIDATE_TILES, _SMEM_RESERVE, TileConfig, element_bytes, min_block_k, resolve_budget, streamk_split
+from .plan import (
+    _CANDIDATE_TILES,
+    _SMEM_RESERVE,
+    DTYPES,
+    TileConfig,
+    _next_pow2,
+    element_bytes,
+    min_block_k,
+    resolve_budget,
+    streamk_split,
+)
 
 FORMAT_VERSION = 1
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8"}
-_DTYPES = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
+_DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 Key = tuple[str, int, int, int, str, int]  # device name, M, N, K, dtype name, SM budget
 
@@ -50,7 +59,7 @@ def candidates(
     of 128 or 256 bytes, 2-4 stages that fit in shared memory, the Hopper path on and off for tiles of 128 x 128
     and more, persistent and (where the shape splits) Stream-K."""
     elem = element_bytes(dtype)
-    max_m, max_n = max(16, 1 << max(0, (m - 1).bit_length())), max(32, 1 << max(0, (n - 1).bit_length()))
+    max_m, max_n = max(16, _next_pow2(m)), max(32, _next_pow2(n))
     found = []
     for bm, bn, warps in _CANDIDATE_TILES:
         if bm > max_m or bn > max_n:
@@ -151,7 +160,7 @@ def load(path: str) -> dict[Key, tuple[TileConfig, str]]:
     for i, e in enumerate(data.get("entries", [])):
         try:
             key = (str(e["device"]), int(e["m"]), int(e["n"]), int(e["k"]), str(e["dtype"]), int(e["num_sms"]))
-            if key[4] not in _DTYPES:
+            if key[4] not in DTYPES:
                 raise ValueError(f"unknown dtype {key[4]!r}")
             if e["schedule"] not in ("persistent", "streamk", "data_parallel"):
                 raise ValueError(f"unknown schedule {e['schedule']!r}")
@@ -186,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m smgemm tune", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", required=True, help="comma list of MxNxK")
-    p.add_argument("--dtype", default="bf16", help=",".join(_DTYPES))
+    p.add_argument("--dtype", default="bf16", help=",".join(DTYPES))
     p.add_argument("--num-sms", type=int, default=None, help="SM budget (default: the whole device)")
     p.add_argument("--out", required=True, help="JSON file to write (entries already in it are kept)")
     args = p.parse_args(argv)
@@ -194,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         print("No CUDA GPU: timing through the Triton interpreter is meaningless; the file is written for testing.")
-    entries = tune(shapes, _DTYPES[args.dtype], num_sms=args.num_sms, device=device)
+    entries = tune(shapes, DTYPES[args.dtype], num_sms=args.num_sms, device=device)
     try:
         with open(args.out, encoding="utf-8") as f:
             old = json.load(f).get("entries", [])
