@@ -2,17 +2,16 @@
 
     PYTHONPATH=src python examples/overlap.py
 
-`SMPartition(k)` gives a stream bound to a green context of k SMs (where torch and the driver provide green
-contexts; otherwise a plain stream) and makes smgemm GEMMs inside `with part:` use at most k SMs.
+`SMPartition.split(k)` gives two streams bound to green contexts on disjoint SMs, >= k and the rest (where the
+driver provides green contexts; otherwise plain streams), and makes smgemm GEMMs inside `with part:` use at most
+that partition's SMs.
 """
 
 import torch
 
 import smgemm
 
-total = torch.cuda.get_device_properties(0).multi_processor_count
-gemm_part = smgemm.SMPartition(66)  # the GEMM's share
-other_part = smgemm.SMPartition(total - 66)  # everything else: a bandwidth-bound reduction
+gemm_part, other_part = smgemm.SMPartition.split(100)  # the GEMM's share, and every other SM for the reduction
 print(gemm_part, other_part, sep="\n")
 
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -23,7 +22,7 @@ main = torch.cuda.current_stream()
 for part in (gemm_part, other_part):
     part.stream.wait_stream(main)  # inputs are ready
 with gemm_part:
-    y = smgemm.matmul(a, w.t())  # num_sms=66 from the partition
+    y = smgemm.matmul(a, w.t())  # num_sms=100 from the partition
 with other_part:
     s = kv.sum(dim=1, dtype=torch.float32)
 for part in (gemm_part, other_part):

@@ -1,6 +1,9 @@
-"""Time every candidate tile configuration on a few shapes (GPU); calibrates the tile model in smgemm.plan.
+"""Time chosen tile configurations against the planner's choice and torch on a few shapes (GPU): the measurements
+behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [pers|sk|dp]" (BK in
+elements; tma = TMA loads + TMA store + flattened loop; default schedule pers).
 
-    PYTHONPATH=src python scripts/sweep_configs.py [--dtype bf16] [--num-sms 132]
+    PYTHONPATH=src python scripts/sweep_configs.py --shapes 128x8192x8192 \\
+        --variants "128x128x64 w8 s4 sk;128x128x64 w8 s4 tma sk"
 """
 
 import argparse
@@ -11,56 +14,63 @@ from triton.testing import do_bench
 from smgemm._device import device_spec
 from smgemm._gemm import gemm
 from smgemm.bench import DTYPES, _table
-from smgemm.plan import _CANDIDATE_TILES, TileConfig, make_plan
+from smgemm.plan import TileConfig, make_plan
 
-SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 14336, 4096), (16, 4096, 4096), (128, 14336, 4096),
-          (1024, 4096, 4096)]
+SCHEDULES = {"pers": "persistent", "sk": "streamk", "dp": "data_parallel"}
+
+
+def parse_variant(text: str) -> tuple[TileConfig, str]:
+    words = text.split()
+    bm, bn, bk = (int(v) for v in words[0].split("x"))
+    opts = {w[0]: int(w[1:]) for w in words[1:] if w[0] in "ws" and w[1:].isdigit()}
+    tma, store = "tma" in words or "tmaload" in words, "tma" in words
+    schedule = next((SCHEDULES[w] for w in words if w in SCHEDULES), "persistent")
+    cfg = TileConfig(bm, bn, bk, num_warps=opts.get("w", 4), num_stages=opts.get("s", 3), tma=tma, tma_store=store,
+                     flatten=store)
+    return cfg, schedule
 
 
 def main():
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--num-sms", type=int, default=None)
+    p.add_argument("--shapes", required=True, help="comma list of MxNxK")
+    p.add_argument("--variants", required=True, help="semicolon list of variants (see above)")
     args = p.parse_args()
     dtype = DTYPES[args.dtype]
     spec = device_spec(torch.device("cuda"))
-    elem = torch.empty((), dtype=dtype).element_size()
-    rows = []
-    for m, n, k in SHAPES:
+    rows, best = [], {}
+    for shape in args.shapes.split(","):
+        m, n, k = (int(v) for v in shape.split("x"))
         a = torch.randn(m, k, device="cuda").to(dtype)
         b = torch.randn(n, k, device="cuda").to(dtype).t()
-        chosen = make_plan(m, n, k, dtype, spec, num_sms=args.num_sms).config
+        ref = a.float() @ b.float()
         t_torch = do_bench(lambda a=a, b=b: torch.matmul(a, b), return_mode="median") if dtype != DTYPES["fp8"] else 0
-        for bm, bn, warps in _CANDIDATE_TILES:
-            for bk_mult in (1, 2):
-                bk = 128 // elem * bk_mult
-                for stages in (3, 4, 5):
-                    if stages * (bm + bn) * bk * elem > spec.smem_per_block - 8192:
-                        continue
-                    cfg = TileConfig(bm, bn, bk, num_warps=warps, num_stages=stages)
-                    for sched in ("data_parallel", "persistent"):
-                        try:
-                            def fn(a=a, b=b, cfg=cfg, sched=sched):
-                                return gemm(a, b, config=cfg, schedule=sched, num_sms=args.num_sms)
-
-                            ref = (a.float() @ b.float())
-                            err = ((fn().float() - ref).norm() / ref.norm()).item()
-                            t = do_bench(fn, warmup=10, rep=40, return_mode="median")
-                        except Exception as e:
-                            rows.append({"shape": f"{m}x{n}x{k}", "cfg": f"{bm}x{bn}x{bk} w{warps} s{stages}",
-                                         "sched": sched, "TFLOP/s": 0.0, "vs torch": 0.0, "err": type(e).__name__,
-                                         "chosen": ""})
-                            continue
-                        rows.append({"shape": f"{m}x{n}x{k}", "cfg": f"{bm}x{bn}x{bk} w{warps} s{stages}",
-                                     "sched": sched, "TFLOP/s": 2 * m * n * k / t / 1e9,
-                                     "vs torch": t_torch / t if t_torch else 0.0, "err": f"{err:.1e}",
-                                     "chosen": "*" if cfg == chosen else ""})
+        plan = make_plan(m, n, k, dtype, spec, num_sms=args.num_sms)
+        c = plan.config
+        planned = (f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
+                   f"{' tma' if c.tma else ''} {plan.schedule} (planner)")
+        for name in [planned, *args.variants.split(";")]:
+            row = {"shape": shape, "variant": name.strip()}
+            try:
+                if name is planned:
+                    fn = lambda a=a, b=b: gemm(a, b, num_sms=args.num_sms)
+                else:
+                    cfg, sched = parse_variant(name)
+                    fn = lambda a=a, b=b, cfg=cfg, sched=sched: gemm(a, b, config=cfg, schedule=sched,
+                                                                      num_sms=args.num_sms)
+                err = ((fn().float() - ref).norm() / ref.norm()).item()
+                t = do_bench(fn, warmup=10, rep=50, return_mode="median")
+                row.update({"us": t * 1e3, "TFLOP/s": 2 * m * n * k / t / 1e9,
+                            "vs torch": t_torch / t if t_torch else 0.0, "err": f"{err:.1e}"})
+            except Exception as e:  # a variant that does not compile or apply is a result too
+                row.update({"us": 0.0, "TFLOP/s": 0.0, "vs torch": 0.0, "err": f"{type(e).__name__}: {str(e)[:50]}"})
+            rows.append(row)
+            print(row, flush=True)
+            if row["TFLOP/s"] > best.get(shape, {"TFLOP/s": -1.0})["TFLOP/s"]:
+                best[shape] = row
     print(_table(rows))
     print("\nbest per shape:")
-    best = {}
-    for r in rows:
-        if r["TFLOP/s"] > best.get(r["shape"], {"TFLOP/s": -1})["TFLOP/s"]:
-            best[r["shape"]] = r
     print(_table(list(best.values())))
 
 

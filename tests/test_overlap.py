@@ -1,7 +1,9 @@
 """The overlap benchmark (issue 7): its plot on any machine, a short run on a GPU."""
 
 import pytest
+import torch
 
+from smgemm.bench import _table
 from smgemm.overlap_bench import bench_overlap, plot_overlap
 
 
@@ -20,3 +22,18 @@ def test_overlap_bench_runs_and_checks_results():
     assert [r["GEMM SMs"] for r in rows] == [32, 100]
     for r in rows:
         assert r["partitioned ms"] > 0 and r["sequential ms"] > 0
+    assert all(list(r) == list(rows[0]) for r in rows), "every row needs the same columns for the table"
+    assert "partitioned / sequential" in _table(rows)
+
+
+def test_kv_scores_matches_float64(device):
+    # The overlap benchmark's bandwidth-bound kernel (a Triton GEMV), run through the interpreter on a CPU.
+    from smgemm.overlap_bench import kv_scores
+
+    x = torch.randn(37, 2048, device=device).to(torch.bfloat16)  # 37 rows: the last block of 8 is partial
+    q = torch.randn(2048, device=device)
+    out = torch.full((37,), float("nan"), device=device)
+    kv_scores(x, q, out)
+    terms = x.double() * q.double()
+    # fp32 accumulation of 2048 products: within 2048 * 2^-24 of the sum of magnitudes
+    assert ((out.double() - terms.sum(dim=1)).abs() <= 2048 * 2**-24 * terms.abs().sum(dim=1)).all()

@@ -14,6 +14,8 @@ def test_arguments_are_checked_before_any_cuda_call():
         smgemm.SMPartition(0)
     with pytest.raises(ValueError, match="must be a CUDA device"):
         smgemm.SMPartition(8, "cpu")
+    with pytest.raises(ValueError, match="must be a CUDA device"):
+        smgemm.SMPartition.split(8, "cpu")
 
 
 @pytest.mark.gpu
@@ -43,3 +45,28 @@ def test_partition_keeps_gemms_on_its_sms(num_sms):
     print(f"{part}: budgeted GEMM on {len(used)} SMs; a 512-program grid on {len(full)} SMs")
     if part.isolated:
         assert len(full) <= -(-num_sms // 8) * 8
+
+
+@pytest.mark.gpu
+def test_split_partitions_use_disjoint_sms():
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    first, second = smgemm.SMPartition.split(48)
+    print(first, second)
+    assert first.num_sms == 48 and first.num_sms + second.num_sms <= total
+    a, b = randn((4096, 1024), torch.bfloat16, "cuda"), randn((1024, 4096), torch.bfloat16, "cuda")
+    smids, outs = [], []
+    torch.cuda.synchronize()
+    for part in (first, second):
+        with part:  # a full-chip grid of 512 programs on each: only the green context keeps it on its SMs
+            smid = torch.full((512,), -1, dtype=torch.int32, device="cuda")
+            outs.append(gemm(a, b, schedule="data_parallel", smid_out=smid))
+            smids.append(smid)
+        torch.cuda.current_stream().wait_stream(part.stream)
+    torch.cuda.synchronize()
+    for out in outs:
+        assert_gemm_close(out, a, b)
+    used = [set(s.tolist()) for s in smids]
+    assert all(-1 not in u for u in used)
+    if first.isolated:
+        assert not used[0] & used[1], f"shared SMs: {sorted(used[0] & used[1])}"
+        assert len(used[0]) <= first.sm_count and len(used[1]) <= second.sm_count

@@ -352,7 +352,10 @@ def _static_args(plan: Plan, ops: _Operands, stride_sa: int, stride_sb: int, use
     tma = cfg.tma and (a.device.type == "cpu" or device_spec(a.device).capability >= (9, 0))
     a_mode = 0 if a_mx or not tma else _tma_mode(a)
     b_mode = 0 if b_mx or not tma else _tma_mode(b)
-    d_mode = 0 if not (tma and cfg.tma_store) else _tma_mode(out)
+    # TMA stores clip at the tensor's edge only to 16-byte granularity (triton-lang/triton#11583): a row whose
+    # length is not a multiple of 16 bytes would spill into the memory beside a view. Such outputs use pointers.
+    store_tma = tma and cfg.tma_store and out.shape[1] * out.element_size() % 16 == 0
+    d_mode = _tma_mode(out) if store_tma else 0
     ints = (
         out.shape[0], out.shape[1], a.shape[1],
         *((a.data.stride(0), 1) if a_mx else a.stride()),

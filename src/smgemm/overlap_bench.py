@@ -1,15 +1,17 @@
 """`python -m smgemm bench overlap`: a GEMM on k SMs beside a memory-bound kernel on the rest of the chip.
 
-NanoFlow-style intra-device parallelism: a compute-bound GEMM and a bandwidth-bound kernel (here a row reduction
-over a large bf16 tensor, like decode attention reading its KV cache) each need only part of the chip, so running
-them side by side can beat running them one after the other. For each k the table reports wall times of
+NanoFlow-style intra-device parallelism: a compute-bound GEMM and a bandwidth-bound kernel each need only part of
+the chip, so running them side by side can beat running them one after the other. The bandwidth-bound kernel is
+a decode-attention-like GEMV, scores = K @ q over a large bf16 "KV cache" K (`kv_scores`, a Triton kernel that
+keeps enough loads in flight to reach device-memory bandwidth from a fraction of the SMs, as decode attention
+kernels do; torch.sum, by contrast, needs the whole chip). For each k the table reports wall times of
 
-* sequential: the GEMM on the whole chip, then the reduction on the whole chip (one stream);
+* sequential: the GEMM on the whole chip, then the GEMV on the whole chip (one stream);
 * concurrent: both on the whole chip, on two streams (the hardware interleaves their blocks as it likes);
-* partitioned: the GEMM with num_sms=k in `SMPartition(k)`, the reduction in `SMPartition(total - k)` (green
-  contexts where available: the driver rounds each up to a multiple of 8, so they may share a few SMs).
+* partitioned: `SMPartition.split(k)`: the GEMM with num_sms=k in a green context of >= k SMs, the GEMV in
+  one of the SMs left over (disjoint; the driver rounds the first up to a multiple of 8 SMs on the H200).
 
-Every run draws fresh operands, checks the GEMM against torch and the reduction against a float64 sum.
+Every run draws fresh operands, checks the GEMM against torch and the GEMV against float64.
 """
 
 from __future__ import annotations
@@ -18,6 +20,29 @@ import argparse
 from collections.abc import Callable
 
 import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _kv_scores_kernel(kv_ptr, q_ptr, out_ptr, rows, COLS: tl.constexpr, BLOCK_R: tl.constexpr,
+                      BLOCK_C: tl.constexpr, STAGES: tl.constexpr):
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
+    for c0 in tl.range(0, COLS, BLOCK_C, num_stages=STAGES):
+        c = c0 + tl.arange(0, BLOCK_C)
+        x = tl.load(kv_ptr + r[:, None].to(tl.int64) * COLS + c[None, :], mask=(r < rows)[:, None], other=0.0)
+        acc += x.to(tl.float32) * tl.load(q_ptr + c)[None, :]
+    tl.store(out_ptr + r, tl.sum(acc, axis=1), mask=r < rows)
+
+
+def kv_scores(kv: torch.Tensor, q: torch.Tensor, out: torch.Tensor, *, block_r: int = 8, block_c: int = 1024,
+              stages: int = 4, warps: int = 8) -> None:
+    """out[r] = sum_c kv[r, c] * q[c] in fp32: kv [R, C] bf16 contiguous, q [C] fp32, C a multiple of block_c.
+    Each program reads block_r rows, block_c columns at a time, `stages` loads in flight."""
+    rows, cols = kv.shape
+    _kv_scores_kernel[(triton.cdiv(rows, block_r),)](kv, q, out, rows, COLS=cols, BLOCK_R=block_r, BLOCK_C=block_c,
+                                                       STAGES=stages, num_warps=warps)
 
 
 def _side_by_side(first: tuple[torch.cuda.Stream, Callable], second: tuple[torch.cuda.Stream, Callable]) -> None:
@@ -32,23 +57,24 @@ def _side_by_side(first: tuple[torch.cuda.Stream, Callable], second: tuple[torch
 
 
 def bench_overlap(
-    gemm_shape: tuple[int, int, int], mem_bytes: float, budgets: list[int], reps: int = 10
+    gemm_shape: tuple[int, int, int], mem_bytes: float, budgets: list[int], reps: int = 10,
+    gemv: dict[str, int] | None = None,
 ) -> list[dict[str, object]]:
     import smgemm
 
     from .bench import event_ms
 
     m, n, k = gemm_shape
-    total = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
     d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     cols = 8192
     x = torch.randn(max(1, int(mem_bytes / (2 * cols))), cols, device="cuda").to(torch.bfloat16)
+    q = torch.randn(cols, device="cuda")
     r = torch.empty(x.shape[0], device="cuda", dtype=torch.float32)
 
     def reduce() -> None:
-        torch.sum(x, dim=1, dtype=torch.float32, out=r)
+        kv_scores(x, q, r, **(gemv or {}))
 
     def gemm(num_sms: int | None = None) -> Callable[[], None]:
         return lambda: smgemm.matmul(a, w.t(), num_sms=num_sms, out=d)
@@ -57,10 +83,10 @@ def bench_overlap(
     reduce()
     ref = torch.matmul(a, w.t())
     gemm_err = ((d.float() - ref.float()).norm() / ref.float().norm()).item()
-    head = x[:4096].double()  # fp32 sums of 8192 terms: within 8192 * 2^-24 of the sum of magnitudes
+    head = x[:4096].double() * q.double()  # fp32 sums of 8192 terms: within 8192 * 2^-24 of the sum of magnitudes
     red_err = ((r[:4096].double() - head.sum(dim=1)).abs() / head.abs().sum(dim=1)).max().item()
     if not (gemm_err < 1e-2 and red_err < 1e-3):
-        raise RuntimeError(f"wrong results before timing: GEMM rel err {gemm_err:.2e}, reduction {red_err:.2e}")
+        raise RuntimeError(f"wrong results before timing: GEMM rel err {gemm_err:.2e}, GEMV {red_err:.2e}")
 
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
     t_gemm = event_ms(gemm(), reps)
@@ -69,13 +95,13 @@ def bench_overlap(
     t_conc = event_ms(lambda: _side_by_side((s1, gemm()), (s2, reduce)), reps)
     rows = []
     for sms in budgets:
-        g_part, m_part = smgemm.SMPartition(sms), smgemm.SMPartition(max(1, total - sms))
+        g_part, m_part = smgemm.SMPartition.split(sms)
         t_gemm_k = event_ms(gemm(sms), reps)
         t_part = event_ms(lambda g=g_part, p=m_part, sms=sms: _side_by_side((g.stream, gemm(sms)), (p.stream, reduce)),
                           reps)
         rows.append({
-            "GEMM SMs": sms, "other SMs": total - sms, "isolated": g_part.isolated and m_part.isolated,
-            "GEMM alone ms": t_gemm, f"GEMM on {sms} SMs ms": t_gemm_k, "reduction alone ms": t_mem,
+            "GEMM SMs": sms, "other SMs": m_part.num_sms, "isolated": g_part.isolated and m_part.isolated,
+            "GEMM alone ms": t_gemm, "GEMM on k SMs ms": t_gemm_k, "GEMV alone ms": t_mem,
             "sequential ms": t_seq, "concurrent ms": t_conc, "partitioned ms": t_part,
             "partitioned / sequential": t_part / t_seq,
         })
@@ -93,7 +119,7 @@ def plot_overlap(rows: list[dict[str, object]], path: str, title: str) -> str:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.plot(sms, [r["sequential ms"] for r in rows], ":", color="gray", label="sequential (full chip each)")
     ax.plot(sms, [r["concurrent ms"] for r in rows], "--", label="concurrent, two streams (full chip each)")
-    ax.plot(sms, [r["partitioned ms"] for r in rows], "o-", label="partitioned: GEMM on k SMs, reduction on rest")
+    ax.plot(sms, [r["partitioned ms"] for r in rows], "o-", label="partitioned: GEMM on k SMs, GEMV on the rest")
     ax.set(title=title, xlabel="k: SMs given to the GEMM", ylabel="wall time per pair (ms)")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -108,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m smgemm bench overlap", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gemm", default="8192x8192x8192", help="MxNxK of the bf16 GEMM (B an [N, K] weight)")
-    p.add_argument("--mem-gb", type=float, default=6.0, help="GB the reduction reads")
+    p.add_argument("--mem-gb", type=float, default=6.0, help="GB the bandwidth-bound GEMV reads")
     p.add_argument("--num-sms", default="32,48,66,80,100,116", help="GEMM SM counts k to sweep")
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--gemv", default="8,1024,4,8", help="the GEMV kernel's block_r,block_c,stages,warps")
     p.add_argument("--plot", default="smgemm_overlap.png", help="PNG path ('' skips)")
     args = p.parse_args(argv)
     print(environment())
@@ -118,10 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         print("The overlap benchmark needs a CUDA GPU (it times concurrent streams); nothing to do on a CPU.")
         return 0
     shape = tuple(int(v) for v in args.gemm.split("x"))
-    rows = bench_overlap(shape, args.mem_gb * 1e9, [int(v) for v in args.num_sms.split(",")], args.reps)
+    gemv = dict(zip(("block_r", "block_c", "stages", "warps"), (int(v) for v in args.gemv.split(","))))
+    print(f"GEMV kernel: {gemv}")
+    rows = bench_overlap(shape, args.mem_gb * 1e9, [int(v) for v in args.num_sms.split(",")], args.reps, gemv)
     print(_table(rows))
     best = min(rows, key=lambda r: r["partitioned / sequential"])
     print(f"best k = {best['GEMM SMs']}: partitioned / sequential = {best['partitioned / sequential']:.3f}")
     if args.plot:
-        print(plot_overlap(rows, args.plot, f"{args.gemm} bf16 GEMM + {args.mem_gb:g} GB reduction"))
+        print(plot_overlap(rows, args.plot, f"{args.gemm} bf16 GEMM + {args.mem_gb:g} GB GEMV"))
     return 0

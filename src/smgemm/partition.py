@@ -10,11 +10,20 @@ to a green context: the hardware keeps everything launched on it to that context
 count up, to a multiple of 8 on the H200). Without them, or with `isolate=False`, it is an ordinary stream plus
 the `num_sms` budget: smgemm's GEMMs still occupy at most `num_sms` SMs, other kernels on the stream are not
 confined. Synchronise with other streams as with any CUDA stream (events, `wait_stream`).
+
+Two `SMPartition(k)` objects are NOT disjoint: each green context torch creates holds the device's first SMs.
+To run two pieces of work side by side, split the device once:
+
+    gemm_part, rest = smgemm.SMPartition.split(100)   # disjoint: >= 100 SMs, and every SM left over
+
+`split` asks the driver (cuDevSmResourceSplitByCount) for a group and its remainder and binds one green context
+to each, so the hardware keeps the two streams' kernels on different SMs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 
 import torch
 
@@ -35,6 +44,7 @@ class SMPartition:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.num_sms = min(num_sms, device_spec(device).num_sms)
+        self.sm_count: int | None = None  # SMs of the green context, where the driver said (`split`)
         self.isolated = False
         self.fallback_reason: str | None = None if isolate else "isolate=False"
         self._green = None
@@ -53,6 +63,28 @@ class SMPartition:
             self.stream = torch.cuda.Stream(device)
         self._stacks: list[contextlib.ExitStack] = []
 
+    @classmethod
+    def split(cls, num_sms: int, device: torch.device | str | int | None = None) -> tuple[SMPartition, SMPartition]:
+        """Two disjoint partitions of `device`: one of at least `num_sms` SMs (its GEMM budget is `num_sms`) and
+        one of every SM left over. Where the driver cannot split (no green contexts), both are ordinary streams
+        with budgets `num_sms` and `total - num_sms`, and `isolated` is False.
+        """
+        first = cls(num_sms, device, isolate=False)
+        total = device_spec(first.device).num_sms
+        if first.num_sms >= total:
+            raise ValueError(f"num_sms must leave SMs for the second partition: {num_sms} of {total}")
+        second = cls(total - first.num_sms, first.device, isolate=False)
+        try:
+            (s1, n1), (s2, n2) = _driver_split(first.device, first.num_sms)
+        except (OSError, AttributeError, RuntimeError) as exc:
+            first.fallback_reason = second.fallback_reason = f"{type(exc).__name__}: {exc}"
+            return first, second
+        for part, stream, count in ((first, s1, n1), (second, s2, n2)):
+            part.stream = torch.cuda.ExternalStream(stream, device=part.device)
+            part.isolated, part.fallback_reason, part.sm_count = True, None, count
+        second.num_sms = n2
+        return first, second
+
     def __enter__(self) -> SMPartition:
         stack = contextlib.ExitStack()
         stack.enter_context(torch.cuda.stream(self.stream))
@@ -64,5 +96,49 @@ class SMPartition:
         self._stacks.pop().close()
 
     def __repr__(self) -> str:
-        how = "green context" if self.isolated else f"stream + num_sms ({self.fallback_reason})"
+        if self.isolated:
+            how = "green context" + (f" of {self.sm_count} SMs" if self.sm_count else "")
+        else:
+            how = f"stream + num_sms ({self.fallback_reason})"
         return f"SMPartition(num_sms={self.num_sms}, device={self.device}, {how})"
+
+
+_CU_DEV_RESOURCE_TYPE_SM = 1
+_CU_GREEN_CTX_DEFAULT_STREAM = 1
+_CU_STREAM_NON_BLOCKING = 1
+_RESOURCE_BYTES = 144  # sizeof(CUdevResource) in CUDA 12.4+ and 13.x; smCount is the uint32 at byte 96
+_SM_COUNT_OFFSET = 96
+_GREEN_CONTEXTS: list = []  # the driver's green contexts live as long as the process (streams refer to them)
+
+
+def _driver_split(device: torch.device, num_sms: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(stream handle, SM count) of two green contexts on disjoint SMs: >= num_sms SMs, and the rest."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+
+    def check(name: str, *args) -> None:
+        result = getattr(cuda, name)(*args)
+        if result != 0:
+            raise RuntimeError(f"{name} returned CUresult {result}")
+
+    torch.empty(0, device=device)  # the primary context exists and the driver is initialised
+    dev = ctypes.c_int()
+    check("cuDeviceGet", ctypes.byref(dev), device.index)
+    resource = ctypes.create_string_buffer(_RESOURCE_BYTES)
+    check("cuDeviceGetDevResource", dev, resource, _CU_DEV_RESOURCE_TYPE_SM)
+    group, rest = ctypes.create_string_buffer(_RESOURCE_BYTES), ctypes.create_string_buffer(_RESOURCE_BYTES)
+    groups = ctypes.c_uint(1)
+    check("cuDevSmResourceSplitByCount", group, ctypes.byref(groups), resource, rest, 0, num_sms)
+    if groups.value != 1:
+        raise RuntimeError(f"the driver made {groups.value} groups of >= {num_sms} SMs, not 1")
+    made = []
+    for res in (group, rest):
+        count = int.from_bytes(res.raw[_SM_COUNT_OFFSET:_SM_COUNT_OFFSET + 4], "little")
+        if count == 0:
+            raise RuntimeError("the driver left no SMs for the second partition")
+        desc, ctx, stream = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        check("cuDevResourceGenerateDesc", ctypes.byref(desc), res, 1)
+        check("cuGreenCtxCreate", ctypes.byref(ctx), desc, dev, _CU_GREEN_CTX_DEFAULT_STREAM)
+        _GREEN_CONTEXTS.append(ctx)
+        check("cuGreenCtxStreamCreate", ctypes.byref(stream), ctx, _CU_STREAM_NON_BLOCKING, 0)
+        made.append((stream.value, count))
+    return made[0], made[1]

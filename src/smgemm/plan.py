@@ -6,12 +6,14 @@ Plain Python, no GPU and no Triton: everything here is unit-tested on the CPU wi
 Tile and schedule selection (`choose_config`, `modelled_time`) is a small analytical model, not autotuning:
 
 * candidates are a fixed list of (BLOCK_M, BLOCK_N) shapes; BLOCK_K gives 128-byte rows of A and B
-  (twice that when M is small and the GEMM is bound by streaming B);
+  (twice that when M <= 64 and the GEMM is bound by streaming B, four times when M <= 16);
 * a tile's efficiency is its arithmetic intensity BM*BN/(BM+BN) relative to the 128x256 tile (capped at 1): a
   tile re-reads A and B from L2/HBM once per (BM+BN) columns/rows and computes BM*BN outputs; one K-iteration
   of a tile costs BM*BN/efficiency, relative to the 128x256 tile's (the unit of time below);
 * persistent / data-parallel: with `budget` SMs the tiles run in `ceil(tiles / budget)` waves of k_iters
-  iterations each, and no faster than streaming A, B and D through device memory once (`_HBM_BYTES_PER_ITER`);
+  iterations each, and no faster than streaming A, B and D through device memory once (`_HBM_BYTES_PER_ITER`),
+  nor, when M <= 64 and B is streamed, than the busiest program can load its operand bytes at one SM's rate
+  (`_SM_BYTES_PER_ITER`; this is what makes Stream-K's even split win on decode shapes);
 * Stream-K (`streamk_split`): whole waves stay data-parallel; the K-iterations of the `tiles % budget` tiles of
   the last, partial wave are split evenly over all programs, so that wave costs `ceil(rem * k_iters / P)`
   iterations instead of k_iters. The fixup adds `_SK_FIXUP_BASE` plus, per program sharing a split tile,
@@ -24,8 +26,9 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
 * the cheapest (tile, schedule) wins (ties go to the larger tile); the pipeline depth is the most stages of
   (BM + BN) * BK operand bytes that fit in shared memory, at most 4 (3 for the largest tile, whose fp32
   epilogue scratch also needs room);
-* 128 x 256 tiles take the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`), smaller ones the pointer
-  path (measured, see _HOPPER_PATH_MIN_TILE).
+* tiles of 128 x 128 and more take the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`), smaller ones
+  the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
+  rate than its intensity says (`_HOPPER_EFFICIENCY_EXPONENT`).
 """
 
 from __future__ import annotations
@@ -72,10 +75,18 @@ _SK_FIXUP_BASE = 3.0
 _SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
 _SK_MARGIN = 0.97
 _HBM_BYTES_PER_ITER = 3.4e6  # device-memory bytes the chip streams in one reference iteration (~4 TB/s x 0.85 us)
+# Operand bytes one SM loads in one reference iteration when a GEMM streams B (M <= _STREAMING_MAX_M): ~30 GB/s,
+# measured on the H200 with 16-row tiles (docs/performance.md), so the program that streams the most bytes bounds
+# the GEMM. Larger M re-reads operands from L2, where the compute and device-memory terms were fitted instead.
+_SM_BYTES_PER_ITER = 25.6e3
+_STREAMING_MAX_M = 64
 # Tiles at least this large take the Hopper path (TMA loads and store, flattened loop): on the H200 it lifted
-# 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster, and
-# 128 x 128 tiles ran 128x14336x4096 at 0.53x of torch (docs/performance.md, issue 4). Measured, not modelled.
-_HOPPER_PATH_MIN_TILE = 128 * 256
+# 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster
+# (docs/performance.md, issue 4). Measured, not modelled.
+_HOPPER_PATH_MIN_TILE = 128 * 128
+# On the Hopper path a 128 x 128 tile runs at ~0.9 of the 128 x 256 tile's rate, not the 0.75 its arithmetic
+# intensity alone predicts (1024x6144x4096 on the H200: 629 TFLOP/s in 2.9 waves against 700): efficiency**0.35.
+_HOPPER_EFFICIENCY_EXPONENT = 0.35
 
 
 @dataclass(frozen=True)
@@ -171,10 +182,15 @@ def modelled_time(
     tiles = rows * cols
     k_iters = math.ceil(k / cfg.block_k)
     efficiency = min(1.0, cfg.block_m * cfg.block_n / (cfg.block_m + cfg.block_n) / _REFERENCE_INTENSITY)
+    if cfg.tma:
+        efficiency **= _HOPPER_EFFICIENCY_EXPONENT
     iteration = cfg.block_m * cfg.block_n / efficiency / (128 * 256) * cfg.block_k * elem / 128
     hbm_bytes = (m * k + k * n) * elem + m * n * 2  # operands once (grouped tile order), a 16-bit result
+    # One program's operand bytes per K-iteration, in reference iterations of its SM's load rate.
+    sm_load = (cfg.block_m + cfg.block_n) * cfg.block_k * elem / _SM_BYTES_PER_ITER if m <= _STREAMING_MAX_M else 0.0
     if schedule != "streamk":
-        return max(math.ceil(tiles / budget) * k_iters * iteration, hbm_bytes / _HBM_BYTES_PER_ITER)
+        longest = math.ceil(tiles / budget) * k_iters
+        return max(longest * iteration, longest * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER)
     split = streamk_split(tiles, k_iters, budget)
     if split is None:
         return math.inf
@@ -189,8 +205,8 @@ def modelled_time(
     b_region, a_region = sk_cols * cfg.block_n * k * elem, sk_rows * cfg.block_m * k * elem
     hbm_bytes += (sk_rows - 1) * b_region * (b_region > l2_bytes)
     hbm_bytes += (sk_cols - 1) * a_region * (a_region > l2_bytes)
-    compute = (dp_tiles // programs * k_iters + math.ceil(per_program)) * iteration
-    return max(compute, hbm_bytes / _HBM_BYTES_PER_ITER) + fixup
+    longest = dp_tiles // programs * k_iters + math.ceil(per_program)
+    return max(longest * iteration, longest * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER) + fixup
 
 
 def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2: int) -> float:
@@ -209,7 +225,7 @@ def choose_config(
 ) -> tuple[TileConfig, str]:
     """The tile configuration and schedule (one of `schedules`) the model above predicts fastest on `budget` SMs."""
     elem = element_bytes(dtype)
-    block_k = 128 // elem * (2 if m <= 64 else 1)
+    block_k = 128 // elem * (4 if m <= 16 else 2 if m <= 64 else 1)
     block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
     max_m, max_n = max(16, _next_pow2(m)), max(32, _next_pow2(n))
     best, best_cost = None, math.inf

@@ -23,17 +23,19 @@ from .ops import linear
 
 
 def tp_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, chunks: int = 1,
-           num_sms: int | None = None, group=None) -> torch.Tensor:
+           num_sms: int | None = None, group=None, communicate: bool = True) -> torch.Tensor:
     """This rank's shard of the MLP, summed over the group: all_reduce(silu(x @ w_up.T) @ w_down.T).
 
     x [T, H] (replicated), w_up [F/world, H], w_down [H, F/world]. With chunks > 1 each chunk's all-reduce is
-    issued asynchronously as soon as its GEMMs are done, so it overlaps the next chunk's GEMMs.
+    issued asynchronously as soon as its GEMMs are done, so it overlaps the next chunk's GEMMs. communicate=False
+    skips the all-reduce (the benchmark's compute-only row).
     """
     outs, pending = [], []
     for xc in x.chunk(chunks):
         h = F.silu(linear(xc, w_up, num_sms=num_sms))
         y = linear(h, w_down, num_sms=num_sms)
-        pending.append(dist.all_reduce(y, group=group, async_op=True))
+        if communicate:
+            pending.append(dist.all_reduce(y, group=group, async_op=True))
         outs.append(y)
     for work in pending:
         work.wait()
@@ -88,6 +90,16 @@ def _worker(rank: int, world: int, port: int, shape: tuple[int, int, int], varia
             ms = _time_ms(lambda c=chunks, n=num_sms: tp_mlp(x, up_r, down_r, chunks=c, num_sms=n), reps, cuda)
             rows.append({"chunks": chunks, "GEMM num_sms": "all" if num_sms is None else num_sms, "ms": ms,
                          "rel err": err})
+        # What overlap can at best hide: the GEMMs alone and the all-reduce alone, in the first variant's form.
+        chunks, num_sms = variants[0]
+        y = torch.empty(tokens, hidden, device=device, dtype=dtype)
+        bounds = {
+            "GEMMs only (no all-reduce)": _time_ms(
+                lambda: tp_mlp(x, up_r, down_r, chunks=chunks, num_sms=num_sms, communicate=False), reps, cuda),
+            "all-reduce only": _time_ms(lambda: dist.all_reduce(y), reps, cuda),
+        }
+        for name, ms in bounds.items():
+            rows.append({"chunks": name, "GEMM num_sms": "", "ms": ms, "rel err": 0.0})
         if rank == 0:
             base = rows[0]["ms"]
             for r in rows:
@@ -116,10 +128,16 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=2, help="ranks (one GPU each)")
     p.add_argument("--shape", default="8192x8192x28672", help="tokens x hidden x ffn (full, before sharding)")
-    p.add_argument("--variants", default="1:all,4:all,4:116,4:100,8:116",
+    p.add_argument("--variants", default="1:all,2:all,2:116,4:all,4:116,4:124,8:116",
                    help="chunks:num_sms pairs; the first is the baseline")
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--nccl-channels", type=int, default=None,
+                   help="cap NCCL's channels (NCCL_MAX_NCHANNELS: one thread block each), e.g. to the SMs the GEMMs "
+                        "leave free")
     args = p.parse_args(argv)
+    if args.nccl_channels is not None:
+        os.environ["NCCL_MAX_NCHANNELS"] = str(args.nccl_channels)  # read by the spawned ranks' NCCL
+        print(f"NCCL_MAX_NCHANNELS={args.nccl_channels}")
     print(environment())
     if torch.cuda.is_available() and torch.cuda.device_count() < args.world:
         print(f"needs {args.world} GPUs, found {torch.cuda.device_count()}")

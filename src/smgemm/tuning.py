@@ -100,11 +100,13 @@ def tune(
     device: str | torch.device = "cuda",
     timer: Callable[[Callable[[], object]], float] | None = None,
     log: Callable[[str], None] | None = print,
+    show: int = 0,
 ) -> list[dict]:
     """Time every candidate of each (M, N, K) on `device` with `num_sms`; returns one entry per shape (the fastest
     configuration that ran and matched the first candidate's result), ready for `save`.
 
-    B is a transposed [N, K] weight, as in nn.Linear; operands are fresh random data.
+    B is a transposed [N, K] weight, as in nn.Linear; operands are fresh random data. With `show` > 0 the log
+    also lists that many of the fastest candidates of each shape.
     """
     from ._gemm import gemm
 
@@ -118,7 +120,7 @@ def tune(
         b = torch.randn(n, k, device=device).to(dtype).t()
         ref = (a.double() @ b.double()).float()
         tolerance = 0.05 if dtype == torch.float8_e4m3fn else 0.01
-        best = None
+        timed = []
         for cfg, schedule in candidates(m, n, k, dtype, spec, budget):
             def run(a=a, b=b, cfg=cfg, schedule=schedule):
                 return gemm(a, b, config=cfg, schedule=schedule, num_sms=num_sms)
@@ -132,13 +134,15 @@ def tune(
                 if log:
                     log(f"  {m}x{n}x{k} {schedule} {cfg}: skipped ({type(e).__name__}: {str(e)[:80]})")
                 continue
-            if best is None or ms < best[0]:
-                best = (ms, cfg, schedule)
-        if best is None:
+            timed.append((ms, cfg, schedule))
+        if not timed:
             raise RuntimeError(f"no candidate configuration ran for {m}x{n}x{k} {dtype}")
-        ms, cfg, schedule = best
+        timed.sort(key=lambda t: t[0])
+        ms, cfg, schedule = timed[0]
         if log:
             log(f"{m}x{n}x{k} {_DTYPE_NAMES[dtype]} on {budget} SMs: {schedule} {cfg} ({ms * 1e3:.1f} us)")
+            for t_ms, t_cfg, t_schedule in timed[1:show]:
+                log(f"    {t_ms * 1e3:8.1f} us  {t_schedule} {t_cfg}")
         entries.append({"device": spec.name, "m": m, "n": n, "k": k, "dtype": _DTYPE_NAMES[dtype],
                         "num_sms": budget, "schedule": schedule, "config": asdict(cfg), "us": ms * 1e3})
     return entries
@@ -197,13 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", required=True, help="comma list of MxNxK")
     p.add_argument("--dtype", default="bf16", help=",".join(DTYPES))
     p.add_argument("--num-sms", type=int, default=None, help="SM budget (default: the whole device)")
+    p.add_argument("--show", type=int, default=0, help="also print this many of the fastest candidates per shape")
     p.add_argument("--out", required=True, help="JSON file to write (entries already in it are kept)")
     args = p.parse_args(argv)
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         print("No CUDA GPU: timing through the Triton interpreter is meaningless; the file is written for testing.")
-    entries = tune(shapes, DTYPES[args.dtype], num_sms=args.num_sms, device=device)
+    entries = tune(shapes, DTYPES[args.dtype], num_sms=args.num_sms, device=device, show=args.show)
     try:
         with open(args.out, encoding="utf-8") as f:
             old = json.load(f).get("entries", [])

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One device call, several steps: each step runs under its own time limit and writes $OUT/<step>.txt, so a slow
+# or hung step costs only its own limit and the others still come back.
+#
+#   bash scripts/device_batch.sh bench overlap tp small      # on the device, from the repository root
+set -u
+export PYTHONPATH=src PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/smgemm-out}
+mkdir -p "$OUT"
+PY=python3
+
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  echo "=== $name (limit ${limit}s)"
+  timeout -k 5 "$limit" "$@" >"$OUT/$name.txt" 2>&1
+  echo "=== $name rc=$? $((SECONDS - start))s"
+}
+
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+for s in "$@"; do
+  case $s in
+    bench) step bench 300 $PY -m smgemm bench --suite llm,square --dtype bf16,fp16 --num-sms 16,32,66,100,132 \
+             --plot "$OUT/sm_scaling.png" ;;
+    fp8) step fp8 200 $PY -m smgemm bench --suite llm,square --dtype fp8 --num-sms 66 --plot '' --no-overhead --mxfp4 ;;
+    overlap) step overlap 120 $PY -m smgemm bench overlap --plot "$OUT/overlap.png" ;;
+    tp) step tp 150 bash -c "$PY -m smgemm bench tp --shape 8192x8192x7168;
+                             $PY -m smgemm bench tp --shape 8192x8192x7168 --nccl-channels 8;
+                             $PY -m smgemm bench tp --nccl-channels 8" ;;
+    tune) step tune 300 $PY -m smgemm tune --show 6 --out "$OUT/tuned.json" --shapes "${TUNE_SHAPES:-\
+16x6144x4096,16x10240x8192,16x4096x14336,128x6144x4096,128x4096x4096,128x8192x8192,128x4096x14336,\
+1024x6144x4096,1024x10240x8192,1024x1024x1024,2048x2048x2048}" ;;
+    streamk) step streamk 150 $PY -m smgemm bench --suite streamk --dtype bf16 \
+               --schedules auto,streamk,data_parallel,persistent --num-sms '' --plot '' --no-overhead ;;
+    sweep) step sweep 240 bash -c "
+      $PY scripts/sweep_configs.py --shapes 16x6144x4096,16x10240x8192,16x4096x14336,16x4096x4096 \
+        --variants '16x64x128 w4 s4 sk;16x64x256 w4 s4 sk;16x128x128 w4 s4 sk;16x64x128 w4 s6;16x32x256 w4 s4 sk;\
+16x64x128 w4 s4 tmaload sk;16x128x128 w4 s4 tmaload sk';
+      $PY scripts/sweep_configs.py --shapes 128x6144x4096,128x4096x4096,128x8192x8192,128x4096x14336 \
+        --variants '128x128x64 w8 s4 tma sk;128x128x64 w8 s4 tma;128x64x64 w4 s4 tma sk;128x64x128 w4 s4 tmaload sk;\
+64x128x64 w4 s4 tma sk;128x256x64 w8 s3 tma sk;64x256x64 w4 s4 tma sk';
+      $PY scripts/sweep_configs.py --shapes 1024x6144x4096,1024x10240x8192,1024x1024x1024,2048x2048x2048 \
+        --variants '128x256x64 w8 s3 tma;128x256x64 w8 s3 tma sk;128x128x64 w8 s4 tma;128x128x64 w8 s4 tma sk;\
+128x128x64 w4 s4 tma;64x128x64 w4 s4 tma'" ;;
+    gputests) step gputests 120 $PY -m pytest -q -p no:cacheprovider -s tests/test_partition.py \
+                tests/test_hopper_path.py tests/test_overlap.py tests/test_tp_mlp.py ;;
+    gemv) step gemv 120 $PY scripts/sweep_gemv.py
+          best=$(tail -n 1 "$OUT/gemv.txt" | sed 's/.*: //')
+          step overlap2 120 $PY -m smgemm bench overlap --gemv "$best" --num-sms 48,66,80,88,96,104 \
+            --plot "$OUT/overlap.png" ;;
+    small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
+    tests) step tests 300 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
+    perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;
+    *) echo "unknown step $s"; exit 2 ;;
+  esac
+done
