@@ -43,6 +43,17 @@ for s in "$@"; do
       $PY scripts/sweep_configs.py --shapes 1024x6144x4096,1024x10240x8192,1024x1024x1024,2048x2048x2048 \
         --variants '128x256x64 w8 s3 tma;128x256x64 w8 s3 tma sk;128x128x64 w8 s4 tma;128x128x64 w8 s4 tma sk;\
 128x128x64 w4 s4 tma;64x128x64 w4 s4 tma'" ;;
+    sweep128) step sweep128 200 bash -c "
+      $PY scripts/sweep_configs.py --shapes 128x6144x4096,128x4096x4096,128x10240x8192,128x8192x8192 \
+        --variants '128x64x64 w4 s6 sk;128x64x128 w4 s4 sk;64x128x128 w4 s4 sk;64x64x128 w4 s4;64x64x128 w4 s6 sk;\
+128x32x128 w4 s4 sk;64x128x64 w4 s6 sk;128x128x64 w8 s4 sk';
+      $PY scripts/sweep_configs.py --shapes 1024x1024x1024,2048x2048x2048 \
+        --variants '64x64x64 w4 s4;64x128x64 w4 s4;128x64x64 w4 s4 sk;64x64x128 w4 s3;128x128x64 w4 s4 tma;\
+128x256x64 w8 s4 tma'" ;;
+    overlap3) step overlap3 150 bash -c "
+      $PY -m smgemm bench overlap --gemv 16,512,4,4 --mem-gb 3 --num-sms 80,88,96,104,112 --plot '';
+      $PY -m smgemm bench overlap --gemv 16,512,4,4 --mem-gb 12 --num-sms 64,72,80,88,96 --plot '';
+      $PY -m smgemm bench overlap --gemv 8,1024,4,8 --num-sms 72,80,88 --plot ''" ;;
     gputests) step gputests 120 $PY -m pytest -q -p no:cacheprovider -s tests/test_partition.py \
                 tests/test_hopper_path.py tests/test_overlap.py tests/test_tp_mlp.py ;;
     gemv) step gemv 120 $PY scripts/sweep_gemv.py

@@ -81,6 +81,36 @@ def test_auto_picks_streamk_where_tile_quantization_wastes_the_chip(num_sms):
     assert plan.num_programs == (num_sms or 132) and plan.dp_tiles == 0
 
 
+@pytest.mark.parametrize("n", [6144, 10240, 28672])
+def test_decode_shapes_balance_the_bytes_each_program_streams(n):
+    # M = 16: every program streams a slice of B. With 16 x 64 tiles N / 64 tiles fill an uneven number of waves
+    # (96, 160, 448 tiles on 132 SMs), so the busiest persistent program streams up to twice its share; Stream-K
+    # gives every program the same number of K-iterations. K steps are 512 bytes.
+    plan = make_plan(16, n, 4096, torch.bfloat16, H200)
+    assert (plan.schedule, plan.config.block_m, plan.config.block_k) == ("streamk", 16, 256)
+    assert plan.num_programs == 132
+    # One even wave of tiles has nothing to balance.
+    assert make_plan(16, 8192, 8192, torch.bfloat16, H200).schedule == "persistent"
+
+
+def test_skinny_gemms_use_pointer_tiles_with_long_k_steps():
+    # 64 < M <= 128 (measured, plan._SKINNY_MAX_M): no 128 x 128 tiles, 256-byte K steps on smaller tiles, and
+    # 128 x 256 tiles only persistent and only where they (nearly) fill a wave.
+    for n, k in ((6144, 4096), (4096, 4096), (10240, 8192), (8192, 8192), (4096, 14336)):
+        for num_sms in (None, 66):
+            plan = make_plan(128, n, k, torch.bfloat16, H200, num_sms=num_sms)
+            cfg = plan.config
+            assert cfg.block_m * cfg.block_n != 128 * 128, (n, k, num_sms, plan)
+            if cfg.block_m * cfg.block_n < 128 * 256:
+                assert cfg.block_k == 128 and not cfg.tma, (n, k, num_sms, plan)
+            else:
+                assert plan.schedule == "persistent" and plan.num_tiles >= 0.8 * plan.sm_budget
+    wide = make_plan(128, 28672, 4096, torch.bfloat16, H200)  # 112 tiles of 128 x 256 on 132 SMs
+    assert (wide.config.block_n, wide.schedule, wide.config.tma) == (256, "persistent", True)
+    # Above the skinny range the efficiency model and the Hopper path from 128 x 128 tiles apply again.
+    assert make_plan(1024, 6144, 4096, torch.bfloat16, H200).config.tma
+
+
 def test_auto_keeps_full_waves_and_thin_splits_data_parallel():
     # 512 tiles on 128 SMs: four full waves, nothing to balance.
     assert make_plan(4096, 4096, 4096, torch.bfloat16, H200, num_sms=128).schedule == "persistent"

@@ -83,7 +83,12 @@ def _copies_for(m: int, n: int, k: int, dtype: torch.dtype) -> int:
 
 
 def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list) -> float:
-    """Median milliseconds of one call, rotating through the operand sets."""
+    """Median milliseconds of one call, rotating through the operand sets.
+
+    The GPU is kept busy with `fn` for 50 ms first: after a pause (a kernel compiling on the host) its clocks
+    drop, and do_bench's short warm-up does not bring them back for small problems (measured on the H200: rows
+    that followed a compile read 2-3x slow).
+    """
     from triton.testing import do_bench
 
     state = {"i": 0}
@@ -93,6 +98,10 @@ def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: lis
         state["i"] += 1
         fn(a, b)
 
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.05:
+        step()
+        torch.cuda.synchronize()
     return do_bench(step, warmup=25, rep=100, return_mode="median")
 
 

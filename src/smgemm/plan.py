@@ -6,7 +6,8 @@ Plain Python, no GPU and no Triton: everything here is unit-tested on the CPU wi
 Tile and schedule selection (`choose_config`, `modelled_time`) is a small analytical model, not autotuning:
 
 * candidates are a fixed list of (BLOCK_M, BLOCK_N) shapes; BLOCK_K gives 128-byte rows of A and B
-  (twice that when M <= 64 and the GEMM is bound by streaming B, four times when M <= 16);
+  (twice that when M <= 64 and the GEMM is bound by streaming B, four times when M <= 16); skinny GEMMs
+  (64 < M <= 128) follow measured rules instead of the efficiency model (`_SKINNY_MAX_M`);
 * a tile's efficiency is its arithmetic intensity BM*BN/(BM+BN) relative to the 128x256 tile (capped at 1): a
   tile re-reads A and B from L2/HBM once per (BM+BN) columns/rows and computes BM*BN outputs; one K-iteration
   of a tile costs BM*BN/efficiency, relative to the 128x256 tile's (the unit of time below);
@@ -87,6 +88,12 @@ _HOPPER_PATH_MIN_TILE = 128 * 128
 # On the Hopper path a 128 x 128 tile runs at ~0.9 of the 128 x 256 tile's rate, not the 0.75 its arithmetic
 # intensity alone predicts (1024x6144x4096 on the H200: 629 TFLOP/s in 2.9 waves against 700): efficiency**0.35.
 _HOPPER_EFFICIENCY_EXPONENT = 0.35
+# Skinny GEMMs (64 < M <= 128, one or two rows of tiles): 64 x 128 / 128 x 64 pointer tiles with 256-byte K steps
+# and Stream-K ran 0.77-0.89x of cuBLAS where 128 x 128 tiles (TMA or not) ran 0.63-0.82x and Stream-K over
+# 128 x 256 tiles 0.48-0.63x (scripts/sweep_configs.py on 128 x {4096..10240} x {4096, 8192}, docs/performance.md).
+# There 128 x 128 tiles are not candidates, smaller tiles take 256-byte K steps, and 128 x 256 tiles (still the
+# best when N gives (nearly) a full wave of them: 0.96-0.98x at N = 28672, 57344) run persistent, and only then.
+_SKINNY_MAX_M = 128
 
 
 @dataclass(frozen=True)
@@ -225,21 +232,27 @@ def choose_config(
 ) -> tuple[TileConfig, str]:
     """The tile configuration and schedule (one of `schedules`) the model above predicts fastest on `budget` SMs."""
     elem = element_bytes(dtype)
-    block_k = 128 // elem * (4 if m <= 16 else 2 if m <= 64 else 1)
-    block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
+    skinny = _STREAMING_MAX_M < m <= _SKINNY_MAX_M
     max_m, max_n = max(16, _next_pow2(m)), max(32, _next_pow2(n))
     best, best_cost = None, math.inf
     for bm, bn, warps in _CANDIDATE_TILES:
-        if bm > max_m or bn > max_n:
+        if bm > max_m or bn > max_n or (skinny and bm * bn == 128 * 128):
             continue
+        largest = bm * bn >= 128 * 256
+        if skinny and largest and math.ceil(m / bm) * math.ceil(n / bn) < 0.8 * budget:
+            continue  # skinny: 128 x 256 tiles only where they (nearly) fill a wave
+        block_k = 128 // elem * (4 if m <= 16 else 2 if m <= _STREAMING_MAX_M or (skinny and not largest) else 1)
+        block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
         stage_bytes = (bm + bn) * block_k * elem
-        stages = min(3 if bm * bn >= 128 * 256 else 4, (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes)
+        stages = min(3 if largest else 4, (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes)
         if stages < 2:
             continue
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
         for schedule in schedules:
+            if skinny and largest and schedule == "streamk":
+                continue
             cost = _cost(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes)
             if cost < best_cost:
                 best, best_cost = (cfg, schedule), cost
