@@ -60,6 +60,23 @@ for s in "$@"; do
           best=$(tail -n 1 "$OUT/gemv.txt" | sed 's/.*: //')
           step overlap2 120 $PY -m smgemm bench overlap --gemv "$best" --num-sms 48,66,80,88,96,104 \
             --plot "$OUT/overlap.png" ;;
+    mxsweep) step mxsweep 230 bash -c "
+      $PY scripts/sweep_mxfp4.py --shapes 1x8192x8192,16x8192x8192,16x4096x4096 \
+        --variants '16x64x256 w4 s4 sk;16x64x256 w4 s4 swap sk;16x64x256 w4 s4 scaled sk;16x64x256 w4 s4 scaled swap sk;\
+16x128x256 w4 s4 scaled swap sk;16x128x512 w8 s3 scaled swap sk;16x64x512 w4 s4 scaled swap sk;\
+16x128x256 w8 s4 scaled swap sk;16x64x512 w4 s4 scaled sk;16x256x256 w8 s3 scaled swap sk';
+      $PY scripts/sweep_mxfp4.py --shapes 64x8192x8192,64x4096x4096 \
+        --variants '64x64x128 w4 s4 sk;64x128x128 w4 s4 scaled sk;64x128x128 w4 s4 scaled swap sk;\
+64x128x256 w4 s3 scaled swap sk;64x64x256 w4 s4 scaled swap sk;64x128x128 w8 s4 scaled swap sk;\
+64x256x128 w8 s3 scaled swap sk'" ;;
+    mxlarge) step mxlarge 250 bash -c "
+      $PY scripts/sweep_mxfp4.py --shapes 4096x4096x4096,8192x8192x8192 \
+        --variants '128x256x64 w8 s3 tma scaled;128x256x64 w8 s3 tma scaled swap;256x128x64 w8 s3 tma scaled swap;\
+128x128x64 w8 s4 tma scaled swap;128x128x128 w8 s3 tma scaled swap;128x256x64 w8 s3 tma swap;256x128x64 w8 s3 tma swap;\
+128x128x64 w4 s4 tma scaled;128x256x64 w8 s3 tmaload scaled swap';
+      $PY scripts/sweep_mxfp4.py --both --shapes 4096x4096x4096 \
+        --variants '128x256x64 w8 s3 scaled;128x256x64 w8 s3 scaled swap;256x128x64 w8 s3 scaled swap;\
+128x256x64 w8 s3 swap;128x128x64 w8 s4 scaled swap'" ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 300 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

@@ -110,6 +110,9 @@ class TileConfig:
     tma: bool = False  # read dense operands through device-built tensor descriptors (TMA)
     tma_store: bool = False  # store D through a tensor descriptor, in two halves
     flatten: bool = False  # fuse the tile loop with the K loop: the next tile's loads overlap this tile's epilogue
+    # MXFP4 GEMMs only (kernels.common.k_loop_mx):
+    mx_scaled: bool = False  # tl.dot_scaled expands the packed weight (GPU only), not smgemm's own dequantization
+    mx_swap: bool = False  # compute (W @ A^T)^T: the expanded weight is the dot's register-resident left operand
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):

@@ -61,9 +61,11 @@ def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def load_mx_tile(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
-                 ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """Dequantized [ROWS, BLOCK_K] tile at K offset k0 of an MXFP4 operand stored [rows, K / 2] (packed along K)."""
+def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
+                ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The packed bytes uint8 [ROWS, BLOCK_K // 2] and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at K offset k0 of an
+    MXFP4 operand stored [rows, K / 2] (packed along K). A K tail (K is a multiple of 32, so it covers whole scale
+    groups) reads zero codes with scale 2^0."""
     offs_kp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     offs_ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
     p_packed = p_data + offs_rows[:, None] * stride_row + offs_kp[None, :]
@@ -71,10 +73,10 @@ def load_mx_tile(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, 
     if EVEN_K:
         packed = tl.load(p_packed)
         scales = tl.load(p_scale)
-    else:  # K is a multiple of 32, so a K tail covers whole scale groups: zero codes, scale 2^0
+    else:
         packed = tl.load(p_packed, mask=offs_kp[None, :] < K // 2, other=0)
         scales = tl.load(p_scale, mask=offs_ks[None, :] < K // 32, other=127)
-    return mx_dequant(packed, scales, ROWS, BLOCK_K)
+    return packed, scales
 
 
 @triton.jit
@@ -85,19 +87,41 @@ def k_loop(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
+    MX_SCALED: tl.constexpr, MX_SWAP: tl.constexpr,
 ):
-    """fp32 accumulator of A[tile rows, k] @ B[k, tile cols] over K-iterations [iter_start, iter_end).
+    """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end).
 
     Rows and columns past M / N are wrapped (`% M`) instead of masked, so the loop's loads need no M/N mask;
     the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros.
-    An MXFP4 operand (A_MX / B_MX; A stored [M, K/2], B as an [N, K/2] weight, scales in mxa / mxb) is
-    dequantized in registers to bf16 (exact; fp16 when MX_FP16, to match an fp16 A) and fed to the same dot.
     A_DESC / B_DESC select how a dense operand is read: 0, through pointers and strides; 1, a tensor descriptor (TMA
     on Hopper) over the operand as stored, A [M, K] / B [K, N]; 2, a descriptor over its transpose, A^T [K, M] /
     B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past the edge with zeros.
+    MXFP4 operands (B_MX: B given as an [N, K/2] weight; A_MX: A stored [M, K/2]) go to `k_loop_mx`.
     INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
     bf16 -> fp32 is exact, so CPU runs of the same kernel stay trustworthy.
     """
+    if B_MX:
+        acc = k_loop_mx(
+            a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
+            pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
+            A_MX, MX_FP16, A_DESC, MX_SCALED, MX_SWAP,
+        )
+    else:
+        acc = k_loop_dense(
+            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, iter_start, iter_end,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_DESC, B_DESC,
+        )
+    return acc
+
+
+@triton.jit
+def k_loop_dense(
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, iter_start, iter_end,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
+    A_DESC: tl.constexpr, B_DESC: tl.constexpr,
+):
+    """k_loop for dense operands (bf16, fp16, fp32, fp8)."""
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
@@ -111,10 +135,7 @@ def k_loop(
         p_b = b_ptr + (k_first + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for it in range(iter_start, iter_end):
-        if A_MX:
-            b_a = load_mx_tile(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, it * BLOCK_K, K,
-                               BLOCK_M, BLOCK_K, EVEN_K).to(tl.bfloat16)
-        elif A_DESC == 1:
+        if A_DESC == 1:
             b_a = a_ptr.load([pid_m * BLOCK_M, it * BLOCK_K])
         elif A_DESC == 2:
             b_a = tl.trans(a_ptr.load([it * BLOCK_K, pid_m * BLOCK_M]))
@@ -122,10 +143,7 @@ def k_loop(
             b_a = tl.load(p_a)
         else:
             b_a = tl.load(p_a, mask=offs_k[None, :] < K - it * BLOCK_K, other=0.0)
-        if B_MX:
-            b_b = tl.trans(load_mx_tile(b_ptr, mxb_ptr, offs_n, stride_bn, stride_mxb, it * BLOCK_K, K,
-                                        BLOCK_N, BLOCK_K, EVEN_K).to(tl.float16 if MX_FP16 else tl.bfloat16))
-        elif B_DESC == 1:
+        if B_DESC == 1:
             b_b = b_ptr.load([it * BLOCK_K, pid_n * BLOCK_N])
         elif B_DESC == 2:
             b_b = tl.trans(b_ptr.load([pid_n * BLOCK_N, it * BLOCK_K]))
@@ -144,6 +162,80 @@ def k_loop(
             p_a += BLOCK_K * stride_ak
         if B_DESC == 0:
             p_b += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def k_loop_mx(
+    a_ptr, w_ptr, mxa_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxa, stride_mxw,
+    pid_m, pid_n, iter_start, iter_end,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
+    A_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SCALED: tl.constexpr, MX_SWAP: tl.constexpr,
+):
+    """k_loop with an MXFP4 weight W [N, K/2] (scales in mxw) and A bf16 / fp16 (dense, read per A_DESC) or MXFP4
+    (A_MX: [M, K/2], scales in mxa). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator of A @ W^T.
+
+    MX_SCALED: `tl.dot_scaled` takes the packed bytes and scales (GPU only: the interpreter lacks it; Triton expands
+    e2m1 to bf16 in registers on Hopper). Otherwise the tiles are dequantized here (`mx_dequant`, exact) to bf16
+    (fp16 when MX_FP16, to match an fp16 A) and fed to `tl.dot`.
+    MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end: the
+    expanded weight is then the dot's left operand, which Hopper's tensor cores read from registers, where the
+    right one must first be written to shared memory.
+    """
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    if MX_SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in range(iter_start, iter_end):
+        k0 = it * BLOCK_K
+        if MX_SCALED:
+            w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
+                                             BLOCK_N, BLOCK_K, EVEN_K)
+        else:
+            b_w = mx_dequant(*load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
+                                          EVEN_K), BLOCK_N, BLOCK_K).to(tl.float16 if MX_FP16 else tl.bfloat16)
+        if A_MX:
+            a_packed, a_scales = load_mx_raw(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, k0, K,
+                                             BLOCK_M, BLOCK_K, EVEN_K)
+            if not MX_SCALED:
+                b_a = mx_dequant(a_packed, a_scales, BLOCK_M, BLOCK_K).to(tl.bfloat16)
+        elif A_DESC == 1:
+            b_a = a_ptr.load([pid_m * BLOCK_M, k0])
+        elif A_DESC == 2:
+            b_a = tl.trans(a_ptr.load([k0, pid_m * BLOCK_M]))
+        else:
+            p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
+            if EVEN_K:
+                b_a = tl.load(p_a)
+            else:
+                b_a = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
+        if MX_SCALED:
+            if MX_SWAP:  # [BN, BK] @ [BK, BM] -> [BN, BM]
+                if A_MX:
+                    acc = tl.dot_scaled(w_packed, w_scales, "e2m1", tl.trans(a_packed), a_scales, "e2m1", acc)
+                else:
+                    acc = tl.dot_scaled(w_packed, w_scales, "e2m1", tl.trans(b_a), None, "bf16", acc)
+            elif A_MX:  # [BM, BK] @ [BK, BN] -> [BM, BN]
+                acc = tl.dot_scaled(a_packed, a_scales, "e2m1", tl.trans(w_packed), w_scales, "e2m1", acc)
+            else:
+                acc = tl.dot_scaled(b_a, None, "bf16", tl.trans(w_packed), w_scales, "e2m1", acc)
+        else:
+            if INTERPRETER:
+                b_a = b_a.to(tl.float32)
+                b_w = b_w.to(tl.float32)
+            if MX_SWAP:
+                acc = tl.dot(b_w, tl.trans(b_a), acc)
+            else:
+                acc = tl.dot(b_a, tl.trans(b_w), acc)
+    if MX_SWAP:
+        acc = tl.trans(acc)
     return acc
 
 
