@@ -62,21 +62,26 @@ for s in "$@"; do
             --plot "$OUT/overlap.png" ;;
     mxsweep) step mxsweep 230 bash -c "
       $PY scripts/sweep_mxfp4.py --shapes 1x8192x8192,16x8192x8192,16x4096x4096 \
-        --variants '16x64x256 w4 s4 sk;16x64x256 w4 s4 swap sk;16x64x256 w4 s4 scaled sk;16x64x256 w4 s4 scaled swap sk;\
-16x128x256 w4 s4 scaled swap sk;16x128x512 w8 s3 scaled swap sk;16x64x512 w4 s4 scaled swap sk;\
-16x128x256 w8 s4 scaled swap sk;16x64x512 w4 s4 scaled sk;16x256x256 w8 s3 scaled swap sk';
+        --variants '16x64x256 w4 s4;16x64x256 w4 s4 split;16x64x256 w8 s4 split;16x64x256 w4 s4 split swap;\
+16x128x256 w8 s4 split swap;16x128x256 w4 s4 split;16x64x512 w4 s3 split;16x128x256 w8 s4 swap;16x64x256 w8 s4;\
+16x64x256 w4 s4 split sk;16x32x256 w4 s4 split sk';
       $PY scripts/sweep_mxfp4.py --shapes 64x8192x8192,64x4096x4096 \
-        --variants '64x64x128 w4 s4 sk;64x128x128 w4 s4 scaled sk;64x128x128 w4 s4 scaled swap sk;\
-64x128x256 w4 s3 scaled swap sk;64x64x256 w4 s4 scaled swap sk;64x128x128 w8 s4 scaled swap sk;\
-64x256x128 w8 s3 scaled swap sk'" ;;
+        --variants '64x128x128 w4 s4 split sk;64x128x128 w8 s4 split sk;64x128x128 w4 s4 split swap sk;\
+64x64x256 w4 s4 split sk;64x128x256 w8 s3 split sk;64x64x128 w4 s4 split sk'" ;;
     mxlarge) step mxlarge 250 bash -c "
       $PY scripts/sweep_mxfp4.py --shapes 4096x4096x4096,8192x8192x8192 \
-        --variants '128x256x64 w8 s3 tma scaled;128x256x64 w8 s3 tma scaled swap;256x128x64 w8 s3 tma scaled swap;\
-128x128x64 w8 s4 tma scaled swap;128x128x128 w8 s3 tma scaled swap;128x256x64 w8 s3 tma swap;256x128x64 w8 s3 tma swap;\
-128x128x64 w4 s4 tma scaled;128x256x64 w8 s3 tmaload scaled swap';
+        --variants '256x128x64 w8 s3 tma swap;256x128x64 w8 s3 tma split swap;256x128x64 w8 s4 tma swap;\
+128x256x64 w8 s3 tma split;256x128x128 w8 s2 tma split swap;256x64x64 w4 s4 tma swap;128x128x64 w4 s4 tma swap';
       $PY scripts/sweep_mxfp4.py --both --shapes 4096x4096x4096 \
-        --variants '128x256x64 w8 s3 scaled;128x256x64 w8 s3 scaled swap;256x128x64 w8 s3 scaled swap;\
-128x256x64 w8 s3 swap;128x128x64 w8 s4 scaled swap'" ;;
+        --variants '256x128x64 w8 s3 swap;256x128x64 w8 s3 split swap;128x256x64 w8 s3 split'" ;;
+    overlap4) nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.memory --format=csv -lms 200 \
+                >"$OUT/smi.csv" 2>&1 &
+              smi=$!
+              step overlap4 200 bash -c "
+      for g in 8,1024,4,8 16,512,4,4; do for e in '' --evict-first; do
+        echo \"### gemv \$g \$e  \$(date +%T.%N)\"; $PY -m smgemm bench overlap --gemv \$g \$e --num-sms 72,80,88,96 --plot '';
+      done; done"
+              kill $smi ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 300 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

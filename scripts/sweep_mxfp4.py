@@ -1,9 +1,9 @@
 """Time MXFP4 kernel variants against the planner's choice and torch (bf16 on the dequantized weight) on the H200:
-the measurements behind the MXFP4 rules in smgemm.plan. Variants as in scripts/sweep_configs.py, plus "scaled"
-(tl.dot_scaled expands the weight) and "swap" (the kernel computes (W @ A^T)^T). Weights rotate through ~256 MB
-of copies, so that neither side runs from L2.
+the measurements behind the MXFP4 rules in smgemm.plan. Variants as in scripts/sweep_configs.py, plus "split"
+(even and odd k in two dots, nibbles not interleaved) and "swap" (the kernel computes (W @ A^T)^T). Weights rotate
+through ~256 MB of copies, so that neither side runs from L2.
 
-    PYTHONPATH=src python scripts/sweep_mxfp4.py --shapes 16x8192x8192 --variants "16x64x256 w4 s4 scaled swap sk"
+    PYTHONPATH=src python scripts/sweep_mxfp4.py --shapes 16x8192x8192 --variants "16x64x256 w4 s4 split swap sk"
     PYTHONPATH=src python scripts/sweep_mxfp4.py --both --shapes 4096x4096x4096 --variants "..."
 """
 
@@ -44,7 +44,7 @@ def main():
         plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms)
         c = plan.config
         planned = (f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-                   f"{' scaled' if c.mx_scaled else ''}{' swap' if c.mx_swap else ''} {plan.schedule} (planner)")
+                   f"{' split' if c.mx_split else ''}{' swap' if c.mx_swap else ''} {plan.schedule} (planner)")
         for name in [planned, *args.variants.split(";")]:
             row = {"shape": shape, "variant": name.strip()}
             try:

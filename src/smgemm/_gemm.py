@@ -372,7 +372,7 @@ def _static_args(plan: Plan, ops: _Operands, stride_sa: int, stride_sb: int, use
         INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
         STREAMK=plan.sk_tiles > 0, FIXUP_N=min(64, cfg.block_n), RECORD_SMID=smid_out is not None,
         A_MX=a_mx, B_MX=b_mx, MX_FP16=b_mx and not a_mx and a.dtype == torch.float16, A_DESC=a_mode, B_DESC=b_mode,
-        FLATTEN=cfg.flatten, D_DESC=d_mode == 1, MX_SCALED=b_mx and cfg.mx_scaled, MX_SWAP=b_mx and cfg.mx_swap,
+        FLATTEN=cfg.flatten, D_DESC=d_mode == 1, MX_SPLIT=b_mx and cfg.mx_split, MX_SWAP=b_mx and cfg.mx_swap,
     )
     return ints, meta
 
@@ -453,9 +453,6 @@ def gemm_mxfp4(
     plan = make_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
-    if plan.config.mx_scaled and (device.type != "cuda" or dot_dtype != torch.bfloat16):
-        raise ValueError("TileConfig.mx_scaled (tl.dot_scaled) needs a CUDA device and bf16 or MXFP4 activations, got "
-                         f"{dot_dtype} activations on {device}")
     tensors = [t for _, t in dense] + [w.data, out] + ([c] if has_c else [])
     use_int64 = any(_needs_int64(t) for t in tensors)
     ops = _Operands(a, w, out, c if has_c else None)

@@ -111,7 +111,7 @@ class TileConfig:
     tma_store: bool = False  # store D through a tensor descriptor, in two halves
     flatten: bool = False  # fuse the tile loop with the K loop: the next tile's loads overlap this tile's epilogue
     # MXFP4 GEMMs only (kernels.common.k_loop_mx):
-    mx_scaled: bool = False  # tl.dot_scaled expands the packed weight (GPU only), not smgemm's own dequantization
+    mx_split: bool = False  # the weight's low and high nibbles feed two dots (even / odd k), not interleaved
     mx_swap: bool = False  # compute (W @ A^T)^T: the expanded weight is the dot's register-resident left operand
 
     def __post_init__(self) -> None:

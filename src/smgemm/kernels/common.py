@@ -42,11 +42,10 @@ def round_to_bf16_rtne(x):
 
 
 @triton.jit
-def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    """[ROWS, BLOCK_K] fp32 values of MXFP4 data: `packed` uint8 [ROWS, BLOCK_K // 2] (element 2i in the low nibble
-    of byte i), `scales` uint8 e8m0 [ROWS, BLOCK_K // 32]. Exact (e2m1 times a power of two), NaN for scale 255.
-    """
-    codes = tl.join(packed & 0xF, packed >> 4).reshape(ROWS, BLOCK_K).to(tl.uint32)  # interleaved, as stored
+def e2m1_values(codes, scales, ROWS: tl.constexpr, COLS: tl.constexpr, GROUP: tl.constexpr):
+    """[ROWS, COLS] fp32 values of e2m1 `codes` (uint8 0..15) times their e8m0 `scales` (uint8 [ROWS, COLS // GROUP],
+    one per GROUP consecutive columns). Exact (e2m1 times a power of two); NaN for scale 255."""
+    codes = codes.to(tl.uint32)
     # An e2m1 code's 3 magnitude bits placed at fp32 bits 24..22 (exponent field = the e2m1 exponent e, top mantissa
     # bit = m) read as 2^(e - 127) * 1.m for e > 0 and as the subnormal 2^-127 * 0.m for e = 0: the e2m1 value times
     # 2^-126 in every case, sign included. Multiplying by 2^126 (exact) gives the value; 4 integer ops per element.
@@ -57,7 +56,15 @@ def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     s = scales.to(tl.uint32)
     scale_bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
     scale = scale_bits.to(tl.float32, bitcast=True)
-    return (value.reshape(ROWS, BLOCK_K // 32, 32) * scale[:, :, None]).reshape(ROWS, BLOCK_K)
+    return (value.reshape(ROWS, COLS // GROUP, GROUP) * scale[:, :, None]).reshape(ROWS, COLS)
+
+
+@triton.jit
+def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[ROWS, BLOCK_K] fp32 values of MXFP4 data: `packed` uint8 [ROWS, BLOCK_K // 2] (element 2i in the low nibble
+    of byte i), `scales` uint8 e8m0 [ROWS, BLOCK_K // 32]."""
+    codes = tl.join(packed & 0xF, packed >> 4).reshape(ROWS, BLOCK_K)  # interleaved, as stored
+    return e2m1_values(codes, scales, ROWS, BLOCK_K, 32)
 
 
 @triton.jit
@@ -87,7 +94,7 @@ def k_loop(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
-    MX_SCALED: tl.constexpr, MX_SWAP: tl.constexpr,
+    MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end).
 
@@ -104,7 +111,7 @@ def k_loop(
         acc = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-            A_MX, MX_FP16, A_DESC, MX_SCALED, MX_SWAP,
+            A_MX, MX_FP16, A_DESC, MX_SPLIT, MX_SWAP,
         )
     else:
         acc = k_loop_dense(
@@ -171,18 +178,20 @@ def k_loop_mx(
     pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
-    A_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SCALED: tl.constexpr, MX_SWAP: tl.constexpr,
+    A_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr,
 ):
     """k_loop with an MXFP4 weight W [N, K/2] (scales in mxw) and A bf16 / fp16 (dense, read per A_DESC) or MXFP4
     (A_MX: [M, K/2], scales in mxa). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator of A @ W^T.
 
-    MX_SCALED: `tl.dot_scaled` takes the packed bytes and scales (GPU only: the interpreter lacks it; Triton expands
-    e2m1 to bf16 in registers on Hopper). Otherwise the tiles are dequantized here (`mx_dequant`, exact) to bf16
-    (fp16 when MX_FP16, to match an fp16 A) and fed to `tl.dot`.
+    The tiles are dequantized in registers (exactly) to bf16 (fp16 when MX_FP16, to match an fp16 A) and fed to
+    `tl.dot`. (`tl.dot_scaled`, which Triton emulates on Hopper the same way, measured slower: docs/performance.md.)
+    MX_SPLIT keeps the packed order instead of interleaving the nibbles: the low nibbles (even k) and the high ones
+    (odd k) each make a [rows, BLOCK_K / 2] operand, multiplied with A's even and odd columns by two dots.
     MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end: the
     expanded weight is then the dot's left operand, which Hopper's tensor cores read from registers, where the
     right one must first be written to shared memory.
     """
+    HALF: tl.constexpr = BLOCK_K // 2
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
@@ -193,46 +202,51 @@ def k_loop_mx(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    w_dtype = tl.float16 if MX_FP16 else tl.bfloat16
     for it in range(iter_start, iter_end):
         k0 = it * BLOCK_K
-        if MX_SCALED:
-            w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
-                                             BLOCK_N, BLOCK_K, EVEN_K)
-        else:
-            b_w = mx_dequant(*load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
-                                          EVEN_K), BLOCK_N, BLOCK_K).to(tl.float16 if MX_FP16 else tl.bfloat16)
+        w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K)
         if A_MX:
             a_packed, a_scales = load_mx_raw(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, k0, K,
                                              BLOCK_M, BLOCK_K, EVEN_K)
-            if not MX_SCALED:
+            if MX_SPLIT:
+                a_even = e2m1_values(a_packed & 0xF, a_scales, BLOCK_M, HALF, 16).to(tl.bfloat16)
+                a_odd = e2m1_values(a_packed >> 4, a_scales, BLOCK_M, HALF, 16).to(tl.bfloat16)
+            else:
                 b_a = mx_dequant(a_packed, a_scales, BLOCK_M, BLOCK_K).to(tl.bfloat16)
-        elif A_DESC == 1:
-            b_a = a_ptr.load([pid_m * BLOCK_M, k0])
-        elif A_DESC == 2:
-            b_a = tl.trans(a_ptr.load([k0, pid_m * BLOCK_M]))
         else:
-            p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
-            if EVEN_K:
-                b_a = tl.load(p_a)
+            if A_DESC == 1:
+                b_a = a_ptr.load([pid_m * BLOCK_M, k0])
+            elif A_DESC == 2:
+                b_a = tl.trans(a_ptr.load([k0, pid_m * BLOCK_M]))
             else:
-                b_a = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
-        if MX_SCALED:
-            if MX_SWAP:  # [BN, BK] @ [BK, BM] -> [BN, BM]
-                if A_MX:
-                    acc = tl.dot_scaled(w_packed, w_scales, "e2m1", tl.trans(a_packed), a_scales, "e2m1", acc)
+                p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
+                if EVEN_K:
+                    b_a = tl.load(p_a)
                 else:
-                    acc = tl.dot_scaled(w_packed, w_scales, "e2m1", tl.trans(b_a), None, "bf16", acc)
-            elif A_MX:  # [BM, BK] @ [BK, BN] -> [BM, BN]
-                acc = tl.dot_scaled(a_packed, a_scales, "e2m1", tl.trans(w_packed), w_scales, "e2m1", acc)
-            else:
-                acc = tl.dot_scaled(b_a, None, "bf16", tl.trans(w_packed), w_scales, "e2m1", acc)
+                    b_a = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
+            if MX_SPLIT:
+                a_even, a_odd = tl.split(b_a.reshape(BLOCK_M, HALF, 2))
+        if MX_SPLIT:
+            w_even = e2m1_values(w_packed & 0xF, w_scales, BLOCK_N, HALF, 16).to(w_dtype)
+            w_odd = e2m1_values(w_packed >> 4, w_scales, BLOCK_N, HALF, 16).to(w_dtype)
+            if INTERPRETER:
+                a_even, a_odd = a_even.to(tl.float32), a_odd.to(tl.float32)
+                w_even, w_odd = w_even.to(tl.float32), w_odd.to(tl.float32)
+            if MX_SWAP:  # [BN, BK / 2] @ [BK / 2, BM] -> [BN, BM], twice
+                acc = tl.dot(w_even, tl.trans(a_even), acc)
+                acc = tl.dot(w_odd, tl.trans(a_odd), acc)
+            else:  # [BM, BK / 2] @ [BK / 2, BN] -> [BM, BN], twice
+                acc = tl.dot(a_even, tl.trans(w_even), acc)
+                acc = tl.dot(a_odd, tl.trans(w_odd), acc)
         else:
+            b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(w_dtype)
             if INTERPRETER:
                 b_a = b_a.to(tl.float32)
                 b_w = b_w.to(tl.float32)
-            if MX_SWAP:
+            if MX_SWAP:  # [BN, BK] @ [BK, BM] -> [BN, BM]
                 acc = tl.dot(b_w, tl.trans(b_a), acc)
-            else:
+            else:  # [BM, BK] @ [BK, BN] -> [BM, BN]
                 acc = tl.dot(b_a, tl.trans(b_w), acc)
     if MX_SWAP:
         acc = tl.trans(acc)
