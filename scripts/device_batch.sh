@@ -61,19 +61,19 @@ for s in "$@"; do
           step overlap2 120 $PY -m smgemm bench overlap --gemv "$best" --num-sms 48,66,80,88,96,104 \
             --plot "$OUT/overlap.png" ;;
     mxsweep) step mxsweep 230 bash -c "
-      $PY scripts/sweep_mxfp4.py --shapes 1x8192x8192,16x8192x8192,16x4096x4096 \
-        --variants '16x64x256 w4 s4;16x64x256 w4 s4 split;16x64x256 w8 s4 split;16x64x256 w4 s4 split swap;\
-16x128x256 w8 s4 split swap;16x128x256 w4 s4 split;16x64x512 w4 s3 split;16x128x256 w8 s4 swap;16x64x256 w8 s4;\
-16x64x256 w4 s4 split sk;16x32x256 w4 s4 split sk';
+      $PY -m pytest -q -p no:cacheprovider tests/test_mxfp4_gemm.py -k exact_on_gpu;
+      $PY scripts/sweep_mxfp4.py --shapes 1x8192x8192,16x8192x8192,16x4096x4096,16x14336x4096 \
+        --variants '16x64x256 w4 s4;16x64x256 w4 s4 split;16x128x256 w4 s4;16x64x512 w4 s4;16x64x256 w4 s4 sk;\
+16x32x256 w4 s4 sk;16x128x256 w8 s4 swap;16x64x512 w4 s3 sk;16x128x512 w8 s3;16x64x256 w8 s4'; 
       $PY scripts/sweep_mxfp4.py --shapes 64x8192x8192,64x4096x4096 \
-        --variants '64x128x128 w4 s4 split sk;64x128x128 w8 s4 split sk;64x128x128 w4 s4 split swap sk;\
-64x64x256 w4 s4 split sk;64x128x256 w8 s3 split sk;64x64x128 w4 s4 split sk'" ;;
+        --variants '64x128x128 w4 s4 sk;64x64x256 w4 s4 sk;64x128x128 w4 s4 swap sk;64x128x256 w8 s3 sk;\
+64x256x128 w8 s3 swap sk;64x128x128 w8 s4 sk;64x64x128 w4 s4 sk'" ;;
     mxlarge) step mxlarge 250 bash -c "
       $PY scripts/sweep_mxfp4.py --shapes 4096x4096x4096,8192x8192x8192 \
-        --variants '256x128x64 w8 s3 tma swap;256x128x64 w8 s3 tma split swap;256x128x64 w8 s4 tma swap;\
-128x256x64 w8 s3 tma split;256x128x128 w8 s2 tma split swap;256x64x64 w4 s4 tma swap;128x128x64 w4 s4 tma swap';
+        --variants '256x128x64 w8 s3 tma swap;128x256x64 w8 s3 tma;256x128x64 w8 s3 tma split swap;\
+128x256x64 w8 s3 tma swap;256x128x64 w8 s4 tma swap;128x128x64 w8 s4 tma swap;256x128x128 w8 s2 tma swap';
       $PY scripts/sweep_mxfp4.py --both --shapes 4096x4096x4096 \
-        --variants '256x128x64 w8 s3 swap;256x128x64 w8 s3 split swap;128x256x64 w8 s3 split'" ;;
+        --variants '256x128x64 w8 s3 swap;128x256x64 w8 s3;128x256x64 w8 s3 split;256x128x64 w8 s3 split swap'" ;;
     overlap4) nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.memory --format=csv -lms 200 \
                 >"$OUT/smi.csv" 2>&1 &
               smi=$!

@@ -67,6 +67,72 @@ def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     return e2m1_values(codes, scales, ROWS, BLOCK_K, 32)
 
 
+# e2m1 pairs to bf16 on the GPU, 4 packed bytes (8 values) per asm block: $4 the bytes b0..b3; $5, $6 the bf16x2
+# scales of (b0, b1) and (b2, b3). Out: $0, $1 the low nibbles' values (even k) of (b0, b1), (b2, b3); $2, $3 the
+# high nibbles' (odd k). Per nibble the 3 magnitude bits go to bf16 bits 8..6 and the sign to bit 15, which reads as
+# the e2m1 value times 2^-126 (the same trick as `e2m1_values`, subnormal for the codes 0 and 0.5); multiplying by
+# 2^126 and by the scale (bf16 multiplies keep subnormals, and every product is exact or overflows to inf) gives
+# the value. About 3 instructions per value, where the fp32 route takes about 10.
+_E2M1X8_TO_BF16: tl.constexpr = tl.constexpr("""{
+    .reg .b32 t0, t1, u, v;
+    .reg .b32 c;
+    mov.b32 c, 0x7E807E80;
+    prmt.b32 t0, $4, 0, 0x4140;
+    prmt.b32 t1, $4, 0, 0x4342;
+    shl.b32 u, t0, 6;
+    shl.b32 v, t0, 12;
+    and.b32 u, u, 0x01C001C0;
+    and.b32 v, v, 0x80008000;
+    or.b32 $0, u, v;
+    shl.b32 u, t1, 6;
+    shl.b32 v, t1, 12;
+    and.b32 u, u, 0x01C001C0;
+    and.b32 v, v, 0x80008000;
+    or.b32 $1, u, v;
+    shl.b32 u, t0, 2;
+    shl.b32 v, t0, 8;
+    and.b32 u, u, 0x01C001C0;
+    and.b32 v, v, 0x80008000;
+    or.b32 $2, u, v;
+    shl.b32 u, t1, 2;
+    shl.b32 v, t1, 8;
+    and.b32 u, u, 0x01C001C0;
+    and.b32 v, v, 0x80008000;
+    or.b32 $3, u, v;
+    mul.rn.bf16x2 $0, $0, c;
+    mul.rn.bf16x2 $1, $1, c;
+    mul.rn.bf16x2 $2, $2, c;
+    mul.rn.bf16x2 $3, $3, c;
+    mul.rn.bf16x2 $0, $0, $5;
+    mul.rn.bf16x2 $1, $1, $6;
+    mul.rn.bf16x2 $2, $2, $5;
+    mul.rn.bf16x2 $3, $3, $6;
+}""")
+
+
+@triton.jit
+def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
+    """The bf16 values of MXFP4 data (`packed` uint8 [ROWS, BLOCK_K // 2], `scales` uint8 e8m0 [ROWS, BLOCK_K // 32])
+    as (even, odd) [ROWS, BLOCK_K // 2]: elements 2i and 2i + 1, the low and high nibbles of byte i. Exact.
+
+    On the GPU through `_E2M1X8_TO_BF16`; the interpreter, which cannot run PTX, takes the fp32 route.
+    """
+    HALF: tl.constexpr = BLOCK_K // 2
+    if INTERPRETER:
+        even = e2m1_values(packed & 0xF, scales, ROWS, HALF, 16).to(tl.bfloat16)
+        odd = e2m1_values(packed >> 4, scales, ROWS, HALF, 16).to(tl.bfloat16)
+    else:
+        # bf16 bits of 2^(s - 127): exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN), one per byte.
+        s = scales.to(tl.uint16)
+        scale = tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7)).to(tl.uint16)
+        scale = tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 16)).reshape(ROWS, HALF)
+        even, odd = tl.inline_asm_elementwise(
+            _E2M1X8_TO_BF16, "=r,=r,=r,=r,r,r,r", [packed, scale.to(tl.bfloat16, bitcast=True)],
+            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4,
+        )
+    return even, odd
+
+
 @triton.jit
 def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
                 ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
@@ -183,8 +249,9 @@ def k_loop_mx(
     """k_loop with an MXFP4 weight W [N, K/2] (scales in mxw) and A bf16 / fp16 (dense, read per A_DESC) or MXFP4
     (A_MX: [M, K/2], scales in mxa). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator of A @ W^T.
 
-    The tiles are dequantized in registers (exactly) to bf16 (fp16 when MX_FP16, to match an fp16 A) and fed to
-    `tl.dot`. (`tl.dot_scaled`, which Triton emulates on Hopper the same way, measured slower: docs/performance.md.)
+    The tiles are dequantized in registers (exactly) to bf16 (`mx_dequant_bf16`; fp16 when MX_FP16, to match an fp16
+    A) and fed to `tl.dot`. (`tl.dot_scaled`, which Triton emulates on Hopper the same way, measured slower:
+    docs/performance.md.)
     MX_SPLIT keeps the packed order instead of interleaving the nibbles: the low nibbles (even k) and the high ones
     (odd k) each make a [rows, BLOCK_K / 2] operand, multiplied with A's even and odd columns by two dots.
     MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end: the
@@ -202,18 +269,23 @@ def k_loop_mx(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    w_dtype = tl.float16 if MX_FP16 else tl.bfloat16
     for it in range(iter_start, iter_end):
         k0 = it * BLOCK_K
         w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K)
+        if MX_FP16:  # fp16 cannot hold most scales' range: round the exact fp32 values once
+            b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(tl.float16)
+            if MX_SPLIT:
+                w_even, w_odd = tl.split(b_w.reshape(BLOCK_N, HALF, 2))
+        else:
+            w_even, w_odd = mx_dequant_bf16(w_packed, w_scales, BLOCK_N, BLOCK_K, INTERPRETER)
+            if not MX_SPLIT:
+                b_w = tl.join(w_even, w_odd).reshape(BLOCK_N, BLOCK_K)
         if A_MX:
             a_packed, a_scales = load_mx_raw(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, k0, K,
                                              BLOCK_M, BLOCK_K, EVEN_K)
-            if MX_SPLIT:
-                a_even = e2m1_values(a_packed & 0xF, a_scales, BLOCK_M, HALF, 16).to(tl.bfloat16)
-                a_odd = e2m1_values(a_packed >> 4, a_scales, BLOCK_M, HALF, 16).to(tl.bfloat16)
-            else:
-                b_a = mx_dequant(a_packed, a_scales, BLOCK_M, BLOCK_K).to(tl.bfloat16)
+            a_even, a_odd = mx_dequant_bf16(a_packed, a_scales, BLOCK_M, BLOCK_K, INTERPRETER)
+            if not MX_SPLIT:
+                b_a = tl.join(a_even, a_odd).reshape(BLOCK_M, BLOCK_K)
         else:
             if A_DESC == 1:
                 b_a = a_ptr.load([pid_m * BLOCK_M, k0])
@@ -228,8 +300,6 @@ def k_loop_mx(
             if MX_SPLIT:
                 a_even, a_odd = tl.split(b_a.reshape(BLOCK_M, HALF, 2))
         if MX_SPLIT:
-            w_even = e2m1_values(w_packed & 0xF, w_scales, BLOCK_N, HALF, 16).to(w_dtype)
-            w_odd = e2m1_values(w_packed >> 4, w_scales, BLOCK_N, HALF, 16).to(w_dtype)
             if INTERPRETER:
                 a_even, a_odd = a_even.to(tl.float32), a_odd.to(tl.float32)
                 w_even, w_odd = w_even.to(tl.float32), w_odd.to(tl.float32)
@@ -240,7 +310,6 @@ def k_loop_mx(
                 acc = tl.dot(a_even, tl.trans(w_even), acc)
                 acc = tl.dot(a_odd, tl.trans(w_odd), acc)
         else:
-            b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(w_dtype)
             if INTERPRETER:
                 b_a = b_a.to(tl.float32)
                 b_w = b_w.to(tl.float32)
