@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smgemm._device import INTERPRETER_SPEC, DeviceSpec
-from smgemm.plan import INPUT_DTYPES, SCHEDULES, TileConfig, element_bytes, make_plan
+from smgemm.plan import INPUT_DTYPES, SCHEDULES, TileConfig, element_bytes, make_plan, mx_config
 
 H200 = dataclasses.replace(INTERPRETER_SPEC, name="fake H200", interpreted=False)
 SMALL_GPU = DeviceSpec(name="fake 20-SM GPU", num_sms=20, smem_per_block=101376, capability=(8, 6))
@@ -140,3 +140,14 @@ def test_bad_schedule_and_config():
     with pytest.raises(ValueError, match="needs block_k >= 32"):
         make_plan(64, 64, 64, torch.float8_e4m3fn, H200, config=TileConfig(64, 64, 16))
 
+
+
+def test_mxfp4_rules():
+    decode = mx_config(16, 8192, 8192, both=False)
+    assert (decode.block_m, decode.block_n, decode.block_k) == (16, 64, 512) and not decode.mx_swap
+    assert mx_config(1, 64, 96, both=False).block_k == 128  # K steps no longer than K needs
+    large = mx_config(4096, 4096, 4096, both=False)
+    assert (large.block_m, large.block_n, large.mx_swap, large.mx_split, large.tma) == (256, 128, True, False, True)
+    assert mx_config(4096, 4096, 4096, both=True).mx_split
+    assert mx_config(64, 8192, 8192, both=False) is None  # between the rules: the dense model
+    assert mx_config(4096, 64, 4096, both=False) is None

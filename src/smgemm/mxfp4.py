@@ -77,8 +77,11 @@ class MXFP4Tensor:
         table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=self.device)
         values = table[(codes & 7).long()]
         values = torch.where(codes >= 8, -values, values)
-        exponent = self.scales.to(torch.float32) - 127
-        scale = torch.where(self.scales == _SCALE_NAN, torch.nan, torch.exp2(exponent))
+        # 2^(s - 127) from its fp32 bits (exponent field s; s = 0 is the subnormal 2^-127): exact on every device,
+        # where CUDA's exp2 need not be for subnormal results.
+        s = self.scales.to(torch.int32)
+        scale = torch.where(s == 0, 0x00400000, s << 23).view(torch.float32)
+        scale = torch.where(self.scales == _SCALE_NAN, torch.nan, scale)
         values = values.unflatten(-1, (-1, BLOCK)) * scale.unsqueeze(-1)
         return values.flatten(-2).to(dtype)
 
