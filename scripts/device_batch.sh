@@ -82,6 +82,7 @@ for s in "$@"; do
         echo \"### gemv \$g \$e  \$(date +%T.%N)\"; $PY -m smgemm bench overlap --gemv \$g \$e --num-sms 72,80,88,96 --plot '';
       done; done"
               kill $smi ;;
+    mxbench) step mxbench 200 $PY -m smgemm bench --dtype '' --mxfp4 --no-overhead ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 300 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

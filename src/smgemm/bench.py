@@ -166,6 +166,15 @@ def _smgemm_mm(**kw) -> Callable:
     return lambda a, b: smgemm.matmul(a, b, **kw)
 
 
+def _describe(plan) -> str:
+    """A plan in a table cell: schedule, tile, warps, stages, grid, split tiles."""
+    cfg = plan.config
+    split = f" sk {plan.sk_tiles}" if plan.sk_tiles else ""
+    flags = "".join(f" {name}" for name in ("mx_swap", "mx_split") if getattr(cfg, name))
+    return (f"{plan.schedule[:4]} {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages}"
+            f"{flags} grid {plan.num_programs}{split}")
+
+
 def bench_full_chip(
     shapes: list[tuple[int, int, int]], dtype: torch.dtype, schedules: list[str]
 ) -> list[dict[str, object]]:
@@ -193,11 +202,7 @@ def bench_full_chip(
                 row[f"{s} TFLOP/s"] for s in schedules[1:])
         if "streamk" in schedules and "data_parallel" in schedules:
             row["streamk/dp"] = row["streamk TFLOP/s"] / row["data_parallel TFLOP/s"]
-        plan = smgemm.make_plan(m, n, k, dtype, spec, schedule=schedules[0])
-        cfg = plan.config
-        split = f" sk {plan.sk_tiles}" if plan.sk_tiles else ""
-        row["plan"] = (f"{plan.schedule[:4]} {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} "
-                       f"s{cfg.num_stages} grid {plan.num_programs}{split}")
+        row["plan"] = _describe(smgemm.make_plan(m, n, k, dtype, spec, schedule=schedules[0]))
         row["rel err"] = err
         rows.append(row)
         del sets
@@ -291,6 +296,10 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
     """smgemm.linear with an MXFP4 weight (and MXFP4 activations if `both`) vs torch.matmul in bf16 on the
     dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies)."""
     import smgemm
+    from smgemm._device import device_spec
+    from smgemm.plan import mx_config
+
+    spec = device_spec(torch.device("cuda"))
 
     rows = []
     for m, n, k in _progress(shapes, "mxfp4"):
@@ -307,9 +316,10 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
         err = _rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
         t_ours = _time_rotating(lambda a, w: smgemm.linear(a, w), ours)
         t_peer = _time_rotating(torch.matmul, peer)
+        plan = smgemm.make_plan(m, n, k, torch.bfloat16, spec, config=mx_config(m, n, k, both))
         rows.append({"M": m, "N": n, "K": k, "operands": "both MXFP4" if both else "MXFP4 weight",
                      "smgemm us": t_ours * 1e3, "torch bf16 us": t_peer * 1e3, "speed-up": t_peer / t_ours,
-                     "smgemm TFLOP/s": 2 * m * n * k / t_ours / 1e9, "rel err": err})
+                     "smgemm TFLOP/s": 2 * m * n * k / t_ours / 1e9, "plan": _describe(plan), "rel err": err})
         del sets, ours, peer
     return rows
 
@@ -400,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
 
     shapes = [s for name in args.suite.split(",") for s in SUITES[name]]
     budgets = [int(x) for x in args.num_sms.split(",") if x]
-    for name in args.dtype.split(","):
+    for name in filter(None, args.dtype.split(",")):  # --dtype '': no dense tables
         dtype = DTYPES[name]
         peer = "torch._scaled_mm(use_fast_accum=True)" if name == "fp8" else "torch.matmul"
         print(f"\n## {name}: full chip, smgemm.matmul vs {peer}")
