@@ -78,13 +78,13 @@ for s in "$@"; do
                 >"$OUT/smi.csv" 2>&1 &
               smi=$!
               step overlap4 200 bash -c "
-      for g in 8,1024,4,8 16,512,4,4; do for e in '' --evict-first; do
-        echo \"### gemv \$g \$e  \$(date +%T.%N)\"; $PY -m smgemm bench overlap --gemv \$g \$e --num-sms 72,80,88,96 --plot '';
-      done; done"
+      for g in 8,1024,4,8 16,512,4,4; do
+        echo \"### gemv \$g \$(date +%T.%N)\"; $PY -m smgemm bench overlap --gemv \$g --num-sms 72,80,88,96,104 --plot '';
+      done"
               kill $smi ;;
     mxbench) step mxbench 200 $PY -m smgemm bench --dtype '' --mxfp4 --no-overhead ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
-    tests) step tests 300 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
+    tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac

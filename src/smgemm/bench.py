@@ -105,11 +105,17 @@ def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: lis
     return do_bench(step, warmup=25, rep=100, return_mode="median")
 
 
-def event_ms(run: Callable[[], object], reps: int, barrier: Callable[[], object] | None = None) -> float:
-    """Milliseconds per call of `run`: one warm-up call, then CUDA events on the current stream around `reps`
-    calls (after `barrier()`, e.g. `torch.distributed.barrier`, so that ranks start together)."""
+def event_ms(run: Callable[[], object], reps: int, barrier: Callable[[], object] | None = None,
+             warm_s: float = 0.0) -> float:
+    """Milliseconds per call of `run`: one warm-up call (or `warm_s` seconds of calls, which bring the clocks back
+    up after a pause), then CUDA events on the current stream around `reps` calls (after `barrier()`, e.g.
+    `torch.distributed.barrier`, so that ranks start together)."""
+    start_s = time.perf_counter()
     run()
     torch.cuda.synchronize()
+    while time.perf_counter() - start_s < warm_s:
+        run()
+        torch.cuda.synchronize()
     if barrier is not None:
         barrier()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -60,12 +60,15 @@ def _side_by_side(first: tuple[torch.cuda.Stream, Callable], second: tuple[torch
 
 
 def bench_overlap(
-    gemm_shape: tuple[int, int, int], mem_bytes: float, budgets: list[int], reps: int = 10,
+    gemm_shape: tuple[int, int, int], mem_bytes: float, budgets: list[int], reps: int = 20,
     gemv: dict[str, int] | None = None, evict_first: bool = False,
 ) -> list[dict[str, object]]:
     import smgemm
 
-    from .bench import event_ms
+    from .bench import event_ms as _event_ms
+
+    def event_ms(run: Callable[[], object], reps: int) -> float:  # every measurement at steady clocks
+        return _event_ms(run, reps, warm_s=0.2)
 
     m, n, k = gemm_shape
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gemm", default="8192x8192x8192", help="MxNxK of the bf16 GEMM (B an [N, K] weight)")
     p.add_argument("--mem-gb", type=float, default=6.0, help="GB the bandwidth-bound GEMV reads")
     p.add_argument("--num-sms", default="32,48,66,80,100,116", help="GEMM SM counts k to sweep")
-    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--reps", type=int, default=20)
     p.add_argument("--gemv", default="8,1024,4,8", help="the GEMV kernel's block_r,block_c,stages,warps")
     p.add_argument("--evict-first", action="store_true", help="the GEMV's loads leave L2 first (evict_first)")
     p.add_argument("--plot", default="smgemm_overlap.png", help="PNG path ('' skips)")
