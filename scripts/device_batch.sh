@@ -83,6 +83,7 @@ for s in "$@"; do
       done"
               kill $smi ;;
     mxbench) step mxbench 200 $PY -m smgemm bench --dtype '' --mxfp4 --no-overhead ;;
+    placement) step placement 150 $PY scripts/probe_placement.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

@@ -403,14 +403,15 @@ def gemm_mxfp4(
     schedule: str = "auto",
     num_sms: int | None = None,
     config: TileConfig | None = None,
+    smid_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """alpha * a @ w.T + beta * c with an MXFP4 weight `w` [N, K] and `a` [M, K] bf16 / fp16 (weight-only) or MXFP4.
 
     Both are dequantized inside the kernel (exactly, to bf16; to fp16 when `a` is fp16) and multiplied with fp32
-    accumulation; every schedule and `num_sms` work as for dense operands.
+    accumulation; every schedule and `num_sms` work as for dense operands; `config` and `smid_out` as for `gemm`.
     """
     key = None
-    if out is None:
+    if out is None and smid_out is None:
         key = _signature("gemm_mxfp4", a, w, c, beta, out_dtype, None, None, schedule, num_sms, config)
         repeated = _repeat_call(key, a, w, c, None, None, alpha, beta)
         if repeated is not None:
@@ -457,7 +458,9 @@ def gemm_mxfp4(
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     tensors = [t for _, t in dense] + [w.data, out] + ([c] if has_c else [])
     use_int64 = any(_needs_int64(t) for t in tensors)
-    ops = _Operands(a, w, out, c if has_c else None)
+    if smid_out is not None and smid_out.numel() < plan.num_programs:
+        raise ValueError(f"smid_out needs {plan.num_programs} elements, got {smid_out.numel()}")
+    ops = _Operands(a, w, out, c if has_c else None, smid_out=smid_out)
     ints, meta = _static_args(plan, ops, 0, 0, use_int64)
     launcher = _launch(plan, _tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
     _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launcher))

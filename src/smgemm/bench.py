@@ -172,7 +172,7 @@ def _smgemm_mm(**kw) -> Callable:
     return lambda a, b: smgemm.matmul(a, b, **kw)
 
 
-def _describe(plan) -> str:
+def describe(plan) -> str:
     """A plan in a table cell: schedule, tile, warps, stages, grid, split tiles."""
     cfg = plan.config
     split = f" sk {plan.sk_tiles}" if plan.sk_tiles else ""
@@ -208,7 +208,7 @@ def bench_full_chip(
                 row[f"{s} TFLOP/s"] for s in schedules[1:])
         if "streamk" in schedules and "data_parallel" in schedules:
             row["streamk/dp"] = row["streamk TFLOP/s"] / row["data_parallel TFLOP/s"]
-        row["plan"] = _describe(smgemm.make_plan(m, n, k, dtype, spec, schedule=schedules[0]))
+        row["plan"] = describe(smgemm.make_plan(m, n, k, dtype, spec, schedule=schedules[0]))
         row["rel err"] = err
         rows.append(row)
         del sets
@@ -325,7 +325,7 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
         plan = smgemm.make_plan(m, n, k, torch.bfloat16, spec, config=mx_config(m, n, k, both))
         rows.append({"M": m, "N": n, "K": k, "operands": "both MXFP4" if both else "MXFP4 weight",
                      "smgemm us": t_ours * 1e3, "torch bf16 us": t_peer * 1e3, "speed-up": t_peer / t_ours,
-                     "smgemm TFLOP/s": 2 * m * n * k / t_ours / 1e9, "plan": _describe(plan), "rel err": err})
+                     "smgemm TFLOP/s": 2 * m * n * k / t_ours / 1e9, "plan": describe(plan), "rel err": err})
         del sets, ours, peer
     return rows
 
