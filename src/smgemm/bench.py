@@ -44,8 +44,8 @@ def _progress(items: list, desc: str) -> Iterable:
 def _table(rows: list[dict[str, object]]) -> str:
     if not rows:
         return "(no rows)"
-    keys = list(rows[0])
-    fmt = [[f"{r[k]:.3g}" if isinstance(r[k], float) else str(r[k]) for k in keys] for r in rows]
+    keys = list(dict.fromkeys(k for r in rows for k in r))  # every row's columns, first-seen order
+    fmt = [[f"{r[k]:.3g}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys] for r in rows]
     widths = [max(len(k), *(len(f[i]) for f in fmt)) for i, k in enumerate(keys)]
     line = "| " + " | ".join(k.ljust(w) for k, w in zip(keys, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
