@@ -84,6 +84,8 @@ for s in "$@"; do
               kill $smi ;;
     mxbench) step mxbench 200 $PY -m smgemm bench --dtype '' --mxfp4 --no-overhead ;;
     placement) step placement 150 $PY scripts/probe_placement.py ;;
+    power) step power 60 $PY scripts/overlap_power.py --num-sms 80 ;;
+    example) step example 60 $PY examples/overlap.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;
