@@ -79,11 +79,17 @@ def main():
         spans[name] = (t0 + 0.3, time.time(), start.elapsed_time(end) / calls)
     time.sleep(0.3)
     smi.terminate()
-    samples = []
-    for line in smi.stdout.read().splitlines():
-        stamp, clock, power, reasons = (v.strip() for v in line.split(","))
-        t = time.mktime(time.strptime(stamp.split(".")[0], "%Y/%m/%d %H:%M:%S")) + float("0." + stamp.split(".")[1])
-        samples.append((t, float(clock), float(power), reasons))
+    samples, lines = [], smi.stdout.read().splitlines()
+    for line in lines:
+        try:
+            stamp, clock, power, reasons = (v.strip() for v in line.split(","))
+            day, frac = stamp.split(".")
+            t = time.mktime(time.strptime(day, "%Y/%m/%d %H:%M:%S")) + float("0." + frac)
+            samples.append((t, float(clock), float(power), reasons))
+        except ValueError:
+            continue
+    if not samples:
+        print("no nvidia-smi samples; its output began:", lines[:3])
     rows = []
     for name, (t0, t1, ms) in spans.items():
         inside = [s for s in samples if t0 <= s[0] <= t1]
