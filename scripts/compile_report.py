@@ -40,7 +40,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   STREAMK=streamk, FIXUP_N=min(64, tile[1]), RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
                   A_DESC=0 if a_mx or not tma else 1 if layout[0] == "n" else 2,
                   B_DESC=0 if b_mx or not tma else 1 if layout[1] == "n" else 2, FLATTEN=flatten,
-                  D_DESC=tma_store, MX_SPLIT=False, MX_SWAP=False, **unit)
+                  D_DESC=tma_store, MX_SPLIT=False, MX_SWAP=False, MX_PREFETCH=False, **unit)
     signature = {}
     for name in names:
         if name in consts:

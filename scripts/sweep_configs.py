@@ -27,7 +27,8 @@ def parse_variant(text: str) -> tuple[TileConfig, str]:
     tma, store = "tma" in words or "tmaload" in words, "tma" in words
     schedule = next((SCHEDULES[w] for w in words if w in SCHEDULES), "persistent")
     cfg = TileConfig(bm, bn, bk, num_warps=opts.get("w", 4), num_stages=opts.get("s", 3), tma=tma, tma_store=store,
-                     flatten=store, mx_split="split" in words, mx_swap="swap" in words)
+                     flatten=store, mx_split="split" in words, mx_swap="swap" in words,
+                     mx_prefetch="prefetch" in words)
     return cfg, schedule
 
 

@@ -4,6 +4,8 @@ The dequantization is exact, so the only error left is the fp32 accumulation and
 per-element bound as the dense tests (tests/reference.py).
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -41,6 +43,23 @@ def test_both_operands_mxfp4(schedule, device):
     out = gemm_mxfp4(xq, w, schedule=schedule, num_sms=4, config=SMALL)
     assert out.dtype == torch.bfloat16
     assert_gemm_close(out, xq.dequantize(torch.float32), w.dequantize(torch.float32).t())
+
+
+@pytest.mark.parametrize("swap,split,prefetch", [(False, True, False), (True, True, False), (True, False, True),
+                                                  (False, False, True)])
+@pytest.mark.parametrize("both", [False, True])
+def test_kernel_variants(swap, split, prefetch, both, device):
+    """The MXFP4 k-loop's variants (kernels.common.k_loop_mx): swapped operands, even / odd split, prefetch."""
+    m, n, k = 37, 70, 224
+    cfg = dataclasses.replace(SMALL, mx_swap=swap, mx_split=split, mx_prefetch=prefetch)
+    dtype = torch.float16 if (swap and not both) else torch.bfloat16  # fp16 A takes the fp32 expansion route
+    x = randn((m, k), dtype, device)
+    xq = quantize_mxfp4(x.float()) if both else x
+    w = _weight(n, k, device)
+    bias = randn((n,), dtype, device)
+    out = gemm_mxfp4(xq, w, c=bias, alpha=0.5, schedule="streamk", num_sms=4, config=cfg)
+    a = xq.dequantize(torch.float32) if both else x
+    assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
 def test_decode_shapes_and_default_plan(device):

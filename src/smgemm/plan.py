@@ -113,6 +113,7 @@ class TileConfig:
     # MXFP4 GEMMs only (kernels.common.k_loop_mx):
     mx_split: bool = False  # the weight's low and high nibbles feed two dots (even / odd k), not interleaved
     mx_swap: bool = False  # compute (W @ A^T)^T: the expanded weight is the dot's register-resident left operand
+    mx_prefetch: bool = False  # expand the next K step's weight tile while this step's dot runs (not with mx_split)
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):

@@ -134,6 +134,20 @@ def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, I
 
 
 @triton.jit
+def mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, MX_FP16: tl.constexpr):
+    """The [BLOCK_N, BLOCK_K] weight tile at K offset k0 of an MXFP4 weight [N, K/2], expanded (exactly) to bf16, or
+    to fp16 when MX_FP16 (fp16 cannot hold most scales' range: the exact fp32 values are rounded once)."""
+    w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K)
+    if MX_FP16:
+        b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(tl.float16)
+    else:
+        even, odd = mx_dequant_bf16(w_packed, w_scales, BLOCK_N, BLOCK_K, INTERPRETER)
+        b_w = tl.join(even, odd).reshape(BLOCK_N, BLOCK_K)
+    return b_w
+
+
+@triton.jit
 def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
                 ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """The packed bytes uint8 [ROWS, BLOCK_K // 2] and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at K offset k0 of an
@@ -160,7 +174,7 @@ def k_loop(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
-    MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr,
+    MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end).
 
@@ -177,7 +191,7 @@ def k_loop(
         acc = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-            A_MX, MX_FP16, A_DESC, MX_SPLIT, MX_SWAP,
+            A_MX, MX_FP16, A_DESC, MX_SPLIT, MX_SWAP, MX_PREFETCH,
         )
     else:
         acc = k_loop_dense(
@@ -245,6 +259,7 @@ def k_loop_mx(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr,
+    MX_PREFETCH: tl.constexpr,
 ):
     """k_loop with an MXFP4 weight W [N, K/2] (scales in mxw) and A bf16 / fp16 (dense, read per A_DESC) or MXFP4
     (A_MX: [M, K/2], scales in mxa). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator of A @ W^T.
@@ -257,6 +272,8 @@ def k_loop_mx(
     MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end: the
     expanded weight is then the dot's left operand, which Hopper's tensor cores read from registers, where the
     right one must first be written to shared memory.
+    MX_PREFETCH (not with MX_SPLIT) expands the next step's weight tile after issuing this step's dot, so that the
+    expansion can run while the tensor cores work.
     """
     HALF: tl.constexpr = BLOCK_K // 2
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
@@ -269,17 +286,24 @@ def k_loop_mx(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if MX_PREFETCH:
+        w_next = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, iter_start * BLOCK_K, K,
+                                BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16)
     for it in range(iter_start, iter_end):
         k0 = it * BLOCK_K
-        w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K)
-        if MX_FP16:  # fp16 cannot hold most scales' range: round the exact fp32 values once
-            b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(tl.float16)
-            if MX_SPLIT:
+        if MX_PREFETCH:  # expanded during the previous step's dot
+            b_w = w_next
+        elif MX_SPLIT:
+            w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
+                                             BLOCK_N, BLOCK_K, EVEN_K)
+            if MX_FP16:  # fp16 cannot hold most scales' range: round the exact fp32 values once
+                b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(tl.float16)
                 w_even, w_odd = tl.split(b_w.reshape(BLOCK_N, HALF, 2))
+            else:
+                w_even, w_odd = mx_dequant_bf16(w_packed, w_scales, BLOCK_N, BLOCK_K, INTERPRETER)
         else:
-            w_even, w_odd = mx_dequant_bf16(w_packed, w_scales, BLOCK_N, BLOCK_K, INTERPRETER)
-            if not MX_SPLIT:
-                b_w = tl.join(w_even, w_odd).reshape(BLOCK_N, BLOCK_K)
+            b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
+                                 BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16)
         if A_MX:
             a_packed, a_scales = load_mx_raw(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, k0, K,
                                              BLOCK_M, BLOCK_K, EVEN_K)
@@ -317,6 +341,10 @@ def k_loop_mx(
                 acc = tl.dot(b_w, tl.trans(b_a), acc)
             else:  # [BM, BK] @ [BK, BN] -> [BM, BN]
                 acc = tl.dot(b_a, tl.trans(b_w), acc)
+        if MX_PREFETCH:  # the last step re-expands its own tile: harmless, and no branch in the loop
+            w_next = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw,
+                                    tl.minimum(it + 1, iter_end - 1) * BLOCK_K, K,
+                                    BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16)
     if MX_SWAP:
         acc = tl.trans(acc)
     return acc
