@@ -87,14 +87,12 @@ for s in "$@"; do
     power) step power 60 $PY scripts/overlap_power.py --num-sms 80 ;;
     example) step example 60 $PY examples/overlap.py ;;
     mxpre) step mxpre 200 bash -c "
-      $PY scripts/sweep_mxfp4.py --shapes 4096x4096x4096,8192x8192x8192 \
-        --variants '256x128x64 w8 s4 tma swap prefetch;256x128x64 w8 s3 tma swap prefetch;128x256x64 w8 s3 tma prefetch;\
-256x128x128 w8 s3 tma swap prefetch;128x128x64 w8 s4 tma swap prefetch;256x128x64 w8 s4 swap prefetch';
+      $PY scripts/sweep_mxfp4.py --shapes 4096x4096x4096,8192x8192x8192,4096x14336x4096 \
+        --variants '256x128x64 w8 s4 swap;256x128x64 w8 s4 swap prefetch;256x128x64 w8 s3 swap prefetch;\
+256x128x64 w8 s4 tmaload swap prefetch;256x128x64 w8 s5 swap prefetch;256x128x128 w8 s2 swap prefetch;\
+128x256x64 w8 s4 swap prefetch';
       $PY scripts/sweep_mxfp4.py --both --shapes 8192x8192x8192 \
-        --variants '256x128x64 w8 s3 swap prefetch;256x128x64 w8 s4 swap prefetch';
-      $PY scripts/sweep_mxfp4.py --shapes 16x8192x8192,1x14336x4096,64x8192x8192 \
-        --variants '16x64x512 w4 s4 prefetch;16x64x256 w4 s4 prefetch;16x128x256 w4 s4 prefetch;\
-64x128x128 w4 s4 prefetch sk;64x128x128 w4 s4 swap prefetch sk'" ;;
+        --variants '256x128x64 w8 s4 swap prefetch;256x128x64 w8 s4 swap;256x128x64 w8 s4 split swap'" ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

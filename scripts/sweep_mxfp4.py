@@ -17,7 +17,7 @@ import smgemm
 from smgemm._device import device_spec
 from smgemm._gemm import gemm_mxfp4
 from smgemm.bench import _rel_err, _table, _time_rotating, environment
-from smgemm.plan import make_plan
+from smgemm.plan import make_plan, mx_config
 
 
 def main():
@@ -41,10 +41,11 @@ def main():
         ours, peer = [s for s, _ in sets], [q for _, q in sets]
         ref = torch.matmul(*peer[0])
         t_torch = _time_rotating(torch.matmul, peer)
-        plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms)
+        plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms, config=mx_config(m, n, k, args.both))
         c = plan.config
         planned = (f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-                   f"{' split' if c.mx_split else ''}{' swap' if c.mx_swap else ''} {plan.schedule} (planner)")
+                   f"{' tma' if c.tma else ''}{' split' if c.mx_split else ''}{' swap' if c.mx_swap else ''}"
+                   f"{' prefetch' if c.mx_prefetch else ''} {plan.schedule} (planner)")
         for name in [planned, *args.variants.split(";")]:
             row = {"shape": shape, "variant": name.strip()}
             try:
