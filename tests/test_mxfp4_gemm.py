@@ -94,6 +94,7 @@ def test_nan_scale_block_gives_nan(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", [None, TileConfig(16, 64, 256, num_warps=4, num_stages=4),
                                     TileConfig(256, 128, 64, num_warps=8, num_stages=3, mx_swap=True),
+                                    TileConfig(128, 128, 64, num_warps=8, num_stages=3, mx_swap=True, mx_prefetch=True),
                                     TileConfig(64, 64, 128, mx_split=True)])
 def test_every_code_and_scale_is_exact_on_gpu(config):
     """Every byte (two e2m1 codes) under scales from the e8m0 extremes, read back through an identity activation:

@@ -147,7 +147,7 @@ def test_mxfp4_rules():
     assert (decode.block_m, decode.block_n, decode.block_k) == (16, 64, 512) and not decode.mx_swap
     assert mx_config(1, 64, 96, both=False).block_k == 128  # K steps no longer than K needs
     large = mx_config(4096, 4096, 4096, both=False)
-    assert (large.block_m, large.block_n, large.mx_swap, large.mx_split, large.tma) == (256, 128, True, False, True)
-    assert mx_config(4096, 4096, 4096, both=True).mx_split
+    assert (large.block_m, large.block_n, large.mx_swap, large.mx_prefetch, large.tma) == (256, 128, True, True, False)
+    assert mx_config(4096, 4096, 4096, both=True) == large
     assert mx_config(64, 8192, 8192, both=False) is None  # between the rules: the dense model
     assert mx_config(4096, 64, 4096, both=False) is None

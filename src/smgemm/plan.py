@@ -273,14 +273,15 @@ def mx_config(m: int, n: int, k: int, both: bool) -> TileConfig | None:
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
     * M >= 256 and N >= 128: 256 x 128 tiles computed as (W @ A^T)^T (`mx_swap`), so that the expanded weight is the
-      tensor cores' register operand: 1.2x the 128 x 256 tile (0.53-0.59x of bf16 cuBLAS against 0.46-0.49x);
-      with MXFP4 activations too, both operands split into even / odd k (`mx_split`), 1.1x.
+      tensor cores' register operand, with the next K step's weight tile expanded while this step's dot runs
+      (`mx_prefetch`), A read through pointers: 0.63-0.68x of bf16 cuBLAS, where 128 x 256 tiles gave 0.46-0.49x
+      (0.39-0.41x with MXFP4 activations too, against 0.32-0.36x).
     """
     if m <= 16:
         return TileConfig(16, 64, min(512, max(32, _next_pow2(k))), num_warps=4, num_stages=4)
     if m >= 256 and n >= 128:
-        return TileConfig(256, 128, min(64, max(32, _next_pow2(k))), num_warps=8, num_stages=3 if both else 4,
-                          tma=True, tma_store=True, flatten=True, mx_swap=True, mx_split=both)
+        return TileConfig(256, 128, min(64, max(32, _next_pow2(k))), num_warps=8, num_stages=4, mx_swap=True,
+                          mx_prefetch=True)
     return None
 
 
