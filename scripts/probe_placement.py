@@ -30,7 +30,7 @@ def main():
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         if kind == "mxfp4":
             w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
-            plan = make_plan(m, n, k, torch.bfloat16, spec, config=mx_config(m, n, k, False))
+            plan = make_plan(m, n, k, torch.bfloat16, spec, config=mx_config(m, n, k))
             run = lambda smids, a=a, w=w: gemm_mxfp4(a, w, smid_out=smids)
         else:
             b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()

@@ -41,7 +41,7 @@ def main():
         ours, peer = [s for s, _ in sets], [q for _, q in sets]
         ref = torch.matmul(*peer[0])
         t_torch = _time_rotating(torch.matmul, peer)
-        plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms, config=mx_config(m, n, k, args.both))
+        plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms, config=mx_config(m, n, k))
         c = plan.config
         planned = (f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
                    f"{' tma' if c.tma else ''}{' split' if c.mx_split else ''}{' swap' if c.mx_swap else ''}"

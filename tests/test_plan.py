@@ -143,11 +143,10 @@ def test_bad_schedule_and_config():
 
 
 def test_mxfp4_rules():
-    decode = mx_config(16, 8192, 8192, both=False)
+    decode = mx_config(16, 8192, 8192)
     assert (decode.block_m, decode.block_n, decode.block_k) == (16, 64, 512) and not decode.mx_swap
-    assert mx_config(1, 64, 96, both=False).block_k == 128  # K steps no longer than K needs
-    large = mx_config(4096, 4096, 4096, both=False)
+    assert mx_config(1, 64, 96).block_k == 128  # K steps no longer than K needs
+    large = mx_config(4096, 4096, 4096)
     assert (large.block_m, large.block_n, large.mx_swap, large.mx_prefetch, large.tma) == (256, 128, True, True, False)
-    assert mx_config(4096, 4096, 4096, both=True) == large
-    assert mx_config(64, 8192, 8192, both=False) is None  # between the rules: the dense model
-    assert mx_config(4096, 64, 4096, both=False) is None
+    assert mx_config(64, 8192, 8192) is None  # between the rules: the dense model
+    assert mx_config(4096, 64, 4096) is None

@@ -453,7 +453,7 @@ def gemm_mxfp4(
     if k == 0:
         return _empty_product(out, c if has_c else None, beta)
     if config is None:
-        config = mx_config(m, n, k, isinstance(a, MXFP4Tensor))
+        config = mx_config(m, n, k)
     plan = make_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
