@@ -268,7 +268,8 @@ def choose_config(
 
 def mx_config(m: int, n: int, k: int) -> TileConfig | None:
     """The tile configuration of an MXFP4 GEMM (an [N, K] MXFP4 weight; bf16, fp16 or MXFP4 activations), or None
-    for the dense model's choice. Measured rules, not modelled (scripts/sweep_mxfp4.py on the H200, docs/performance.md):
+    for the dense model's choice. Measured rules, not modelled (scripts/sweep_mxfp4.py on the H200,
+    docs/performance.md):
 
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
