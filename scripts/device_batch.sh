@@ -23,6 +23,8 @@ for s in "$@"; do
   case $s in
     bench) step bench 300 $PY -m smgemm bench --suite llm,square --dtype bf16,fp16 --num-sms 16,32,66,100,132 \
              --plot "$OUT/sm_scaling.png" ;;
+    benchbf16) step benchbf16 220 $PY -m smgemm bench --suite llm,square --dtype bf16 --num-sms 16,32,66,100,132 \
+             --plot "$OUT/sm_scaling.png" ;;
     fp8) step fp8 200 $PY -m smgemm bench --suite llm,square --dtype fp8 --num-sms 66 --plot '' --no-overhead --mxfp4 ;;
     overlap) step overlap 120 $PY -m smgemm bench overlap --plot "$OUT/overlap.png" ;;
     tp) step tp 150 bash -c "$PY -m smgemm bench tp --shape 8192x8192x7168;
@@ -31,7 +33,7 @@ for s in "$@"; do
     tune) step tune 300 $PY -m smgemm tune --show 6 --out "$OUT/tuned.json" --shapes "${TUNE_SHAPES:-\
 16x6144x4096,16x10240x8192,16x4096x14336,128x6144x4096,128x4096x4096,128x8192x8192,128x4096x14336,\
 1024x6144x4096,1024x10240x8192,1024x1024x1024,2048x2048x2048}" ;;
-    streamk) step streamk 150 $PY -m smgemm bench --suite streamk --dtype bf16 \
+    streamk) step streamk 130 $PY -m smgemm bench --suite streamk --dtype bf16 \
                --schedules auto,streamk,data_parallel,persistent --num-sms '' --plot '' --no-overhead ;;
     sweep) step sweep 240 bash -c "
       $PY scripts/sweep_configs.py --shapes 16x6144x4096,16x10240x8192,16x4096x14336,16x4096x4096 \

@@ -82,15 +82,18 @@ def _copies_for(m: int, n: int, k: int, dtype: torch.dtype) -> int:
     return max(1, min(16, math.ceil(256e6 / ((m * k + k * n) * elem))))
 
 
-def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list) -> float:
-    """Median milliseconds of one call, rotating through the operand sets.
+def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list, batches: int = 5) -> float:
+    """Median milliseconds of one call, rotating through the operand sets (which together defeat L2): device time
+    of back-to-back calls, whatever the host's speed.
 
     The GPU is kept busy with `fn` for 50 ms first: after a pause (a kernel compiling on the host) its clocks
-    drop, and do_bench's short warm-up does not bring them back for small problems (measured on the H200: rows
-    that followed a compile read 2-3x slow).
+    drop, and a short warm-up does not bring them back for small problems (measured on the H200: rows that
+    followed a compile read 2-3x slow). Each timed batch then starts behind a GPU sleep long enough for the host
+    to queue the whole batch, so that host overhead (reported on its own by `host_overhead`) never leaves the
+    GPU idle inside the timed span. (Until 2026-11-30 this was triton's do_bench, which clears L2 with a memset
+    before every call and times each call alone; kernels shorter than the host's ~40-100 us per call then read
+    2-4x slow, see docs/performance.md.)
     """
-    from triton.testing import do_bench
-
     state = {"i": 0}
 
     def step():
@@ -98,11 +101,24 @@ def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: lis
         state["i"] += 1
         fn(a, b)
 
-    start = time.perf_counter()
-    while time.perf_counter() - start < 0.05:
+    start_s, calls = time.perf_counter(), 0
+    while time.perf_counter() - start_s < 0.05:
         step()
         torch.cuda.synchronize()
-    return do_bench(step, warmup=25, rep=100, return_mode="median")
+        calls += 1
+    per_call_s = (time.perf_counter() - start_s) / calls  # host + device, an upper bound on either
+    n = max(len(sets), min(200, math.ceil(2e-3 / per_call_s)))  # about 2 ms of calls, every set at least once
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(batches):
+        torch.cuda._sleep(int(1.5 * n * per_call_s * 2e9))  # ~2 GHz: the host queues the batch meanwhile
+        start.record()
+        for _ in range(n):
+            step()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / n)
+    return sorted(times)[len(times) // 2]
 
 
 def event_ms(run: Callable[[], object], reps: int, barrier: Callable[[], object] | None = None,
@@ -188,7 +204,7 @@ def describe(plan) -> str:
     """A plan in a table cell: schedule, tile, warps, stages, grid, split tiles."""
     cfg = plan.config
     split = f" sk {plan.sk_tiles}" if plan.sk_tiles else ""
-    flags = "".join(f" {name}" for name in ("mx_swap", "mx_split") if getattr(cfg, name))
+    flags = "".join(f" {name}" for name in ("mx_swap", "mx_split", "mx_prefetch") if getattr(cfg, name))
     return (f"{plan.schedule[:4]} {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages}"
             f"{flags} grid {plan.num_programs}{split}")
 
