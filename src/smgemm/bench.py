@@ -88,11 +88,12 @@ def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: lis
 
     The GPU is kept busy with `fn` for 50 ms first: after a pause (a kernel compiling on the host) its clocks
     drop, and a short warm-up does not bring them back for small problems (measured on the H200: rows that
-    followed a compile read 2-3x slow). Each timed batch then starts behind a GPU sleep long enough for the host
-    to queue the whole batch, so that host overhead (reported on its own by `host_overhead`) never leaves the
-    GPU idle inside the timed span. (Until 2026-11-30 this was triton's do_bench, which clears L2 with a memset
-    before every call and times each call alone; kernels shorter than the host's ~40-100 us per call then read
-    2-4x slow, see docs/performance.md.)
+    followed a compile read 2-3x slow). Batches of about 10 ms follow; a batch of short calls (under 200 us with
+    the host's share) starts behind a GPU sleep long enough for the host to queue all of it, so that host overhead
+    (reported on its own by `host_overhead`) never leaves the GPU idle inside the timed span; longer calls keep
+    the host ahead by themselves and run back to back at the clocks the power limit allows. (Until 2026-11-30 this
+    was triton's do_bench, which clears L2 with a memset before every call and times each call alone: short
+    kernels then read up to 4x slow, see docs/performance.md.)
     """
     state = {"i": 0}
 
@@ -107,11 +108,12 @@ def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: lis
         torch.cuda.synchronize()
         calls += 1
     per_call_s = (time.perf_counter() - start_s) / calls  # host + device, an upper bound on either
-    n = max(len(sets), min(200, math.ceil(2e-3 / per_call_s)))  # about 2 ms of calls, every set at least once
+    n = max(len(sets), min(500, math.ceil(10e-3 / per_call_s)))  # about 10 ms of calls, every set at least once
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(batches):
-        torch.cuda._sleep(int(1.5 * n * per_call_s * 2e9))  # ~2 GHz: the host queues the batch meanwhile
+        if per_call_s < 200e-6:  # the host may be the slower side: let it queue the batch during a GPU sleep
+            torch.cuda._sleep(int(1.5 * n * per_call_s * 2e9))  # ~2 GHz
         start.record()
         for _ in range(n):
             step()
