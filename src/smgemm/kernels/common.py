@@ -73,41 +73,19 @@ def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
 # the e2m1 value times 2^-126 (the same trick as `e2m1_values`, subnormal for the codes 0 and 0.5); multiplying by
 # 2^126 and by the scale (bf16 multiplies keep subnormals, and every product is exact or overflows to inf) gives
 # the value. About 3 instructions per value, where the fp32 route takes about 10.
-_E2M1X8_TO_BF16: tl.constexpr = tl.constexpr("""{
-    .reg .b32 t0, t1, u, v;
-    .reg .b32 c;
-    mov.b32 c, 0x7E807E80;
-    prmt.b32 t0, $4, 0, 0x4140;
-    prmt.b32 t1, $4, 0, 0x4342;
-    shl.b32 u, t0, 6;
-    shl.b32 v, t0, 12;
-    and.b32 u, u, 0x01C001C0;
-    and.b32 v, v, 0x80008000;
-    or.b32 $0, u, v;
-    shl.b32 u, t1, 6;
-    shl.b32 v, t1, 12;
-    and.b32 u, u, 0x01C001C0;
-    and.b32 v, v, 0x80008000;
-    or.b32 $1, u, v;
-    shl.b32 u, t0, 2;
-    shl.b32 v, t0, 8;
-    and.b32 u, u, 0x01C001C0;
-    and.b32 v, v, 0x80008000;
-    or.b32 $2, u, v;
-    shl.b32 u, t1, 2;
-    shl.b32 v, t1, 8;
-    and.b32 u, u, 0x01C001C0;
-    and.b32 v, v, 0x80008000;
-    or.b32 $3, u, v;
-    mul.rn.bf16x2 $0, $0, c;
-    mul.rn.bf16x2 $1, $1, c;
-    mul.rn.bf16x2 $2, $2, c;
-    mul.rn.bf16x2 $3, $3, c;
-    mul.rn.bf16x2 $0, $0, $5;
-    mul.rn.bf16x2 $1, $1, $6;
-    mul.rn.bf16x2 $2, $2, $5;
-    mul.rn.bf16x2 $3, $3, $6;
-}""")
+def _e2m1x8_to_bf16_asm() -> str:
+    # Per output register: the 3 magnitude bits of a nibble in each 16-bit half of t0 / t1 shifted to bits 8..6, the
+    # sign (3 bits above them) to bit 15; the low nibbles by 6, the high ones (4 bits up) by 2.
+    place = [f"shl.b32 u, {t}, {shift}; shl.b32 v, {t}, {shift + 6}; and.b32 u, u, 0x01C001C0; "
+             f"and.b32 v, v, 0x80008000; or.b32 ${out}, u, v;"
+             for out, (t, shift) in enumerate((("t0", 6), ("t1", 6), ("t0", 2), ("t1", 2)))]
+    scale = [f"mul.rn.bf16x2 ${out}, ${out}, c;" for out in range(4)]
+    scale += [f"mul.rn.bf16x2 ${out}, ${out}, ${5 + out % 2};" for out in range(4)]
+    return "\n".join(["{", ".reg .b32 t0, t1, u, v;", ".reg .b32 c;", "mov.b32 c, 0x7E807E80;",
+                      "prmt.b32 t0, $4, 0, 0x4140;", "prmt.b32 t1, $4, 0, 0x4342;", *place, *scale, "}"])
+
+
+_E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
 
 
 @triton.jit
@@ -167,6 +145,17 @@ def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K
 
 
 @triton.jit
+def wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_INT64: tl.constexpr):
+    """Row and column indices of tile (pid_m, pid_n), wrapped (`% M`, `% N`) so that loads need no M/N mask."""
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    if USE_INT64:
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    return offs_m, offs_n
+
+
+@triton.jit
 def k_loop(
     a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
@@ -209,12 +198,8 @@ def k_loop_dense(
     A_DESC: tl.constexpr, B_DESC: tl.constexpr,
 ):
     """k_loop for dense operands (bf16, fp16, fp32, fp8)."""
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
-    if USE_INT64:
-        offs_m = offs_m.to(tl.int64)
-        offs_n = offs_n.to(tl.int64)
     k_first = iter_start * BLOCK_K
     if A_DESC == 0:
         p_a = a_ptr + offs_m[:, None] * stride_am + (k_first + offs_k)[None, :] * stride_ak
@@ -276,12 +261,8 @@ def k_loop_mx(
     expansion can run while the tensor cores work.
     """
     HALF: tl.constexpr = BLOCK_K // 2
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
-    if USE_INT64:
-        offs_m = offs_m.to(tl.int64)
-        offs_n = offs_n.to(tl.int64)
     if MX_SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
