@@ -1,0 +1,22 @@
+"""Bench helpers that run anywhere: tables and plan descriptions."""
+
+import torch
+
+from smgemm._device import INTERPRETER_SPEC
+from smgemm.bench import _table, describe
+from smgemm.plan import make_plan, mx_config
+
+
+def test_table_takes_rows_with_different_columns():
+    text = _table([{"M": 16, "graph us": 1.5}, {"M": 4096, "plan": "pers"}])
+    header, _, first, second = text.splitlines()
+    assert [c.strip() for c in header.strip("|").split("|")] == ["M", "graph us", "plan"]
+    assert [c.strip() for c in first.strip("|").split("|")] == ["16", "1.5", ""]
+    assert [c.strip() for c in second.strip("|").split("|")] == ["4096", "", "pers"]
+
+
+def test_describe_names_schedule_tile_and_mxfp4_flags():
+    plan = make_plan(4096, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC, config=mx_config(4096, 4096, 4096))
+    assert describe(plan) == "pers 256x128x64 w8 s4 mx_swap mx_prefetch grid 132"
+    plan = make_plan(16, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC, config=mx_config(16, 4096, 4096))
+    assert describe(plan).startswith("stre 16x64x512 w4 s4 grid 132 sk ")
