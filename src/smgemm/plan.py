@@ -112,7 +112,7 @@ class TileConfig:
     flatten: bool = False  # fuse the tile loop with the K loop: the next tile's loads overlap this tile's epilogue
     # MXFP4 GEMMs only (kernels.common.k_loop_mx):
     mx_split: bool = False  # the weight's low and high nibbles feed two dots (even / odd k), not interleaved
-    mx_swap: bool = False  # compute (W @ A^T)^T: the expanded weight is the dot's register-resident left operand
+    mx_swap: bool = False  # compute (W @ A^T)^T: the weight tile is the dot's left operand (measured faster)
     mx_prefetch: bool = False  # expand the next K step's weight tile while this step's dot runs (not with mx_split)
 
     def __post_init__(self) -> None:
@@ -273,10 +273,10 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
 
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
-    * M >= 256 and N >= 128: 256 x 128 tiles computed as (W @ A^T)^T (`mx_swap`), so that the expanded weight is the
-      tensor cores' register operand, with the next K step's weight tile expanded while this step's dot runs
-      (`mx_prefetch`), A read through pointers: 0.63-0.68x of bf16 cuBLAS, where 128 x 256 tiles gave 0.46-0.49x
-      (0.39-0.41x with MXFP4 activations too, against 0.32-0.36x).
+    * M >= 256 and N >= 128: 256 x 128 tiles (128 weight rows: half the expansion per multiply-add of 128 x 256),
+      computed as (W @ A^T)^T (`mx_swap`; the wgmma is then m64n256k16), with the next K step's weight tile expanded
+      while this step's dot runs (`mx_prefetch`), A read through pointers: 0.63-0.68x of bf16 cuBLAS, where
+      128 x 256 tiles gave 0.46-0.49x (0.39-0.41x with MXFP4 activations too, against 0.32-0.36x).
     """
     if m <= 16:
         return TileConfig(16, 64, min(512, max(32, _next_pow2(k))), num_warps=4, num_stages=4)

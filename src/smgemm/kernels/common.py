@@ -254,9 +254,9 @@ def k_loop_mx(
     docs/performance.md.)
     MX_SPLIT keeps the packed order instead of interleaving the nibbles: the low nibbles (even k) and the high ones
     (odd k) each make a [rows, BLOCK_K / 2] operand, multiplied with A's even and odd columns by two dots.
-    MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end: the
-    expanded weight is then the dot's left operand, which Hopper's tensor cores read from registers, where the
-    right one must first be written to shared memory.
+    MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end, the
+    weight tile being the dot's left operand. Measured faster with 256 x 128 tiles; Triton 3.6 still stages the
+    expanded tile through shared memory (an SS wgmma, m64n256k16: scripts/compile_report.py --ptx).
     MX_PREFETCH (not with MX_SPLIT) expands the next step's weight tile after issuing this step's dot, so that the
     expansion can run while the tensor cores work.
     """
