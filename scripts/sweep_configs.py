@@ -14,7 +14,7 @@ from triton.testing import do_bench
 
 from smgemm._device import device_spec
 from smgemm._gemm import gemm
-from smgemm.bench import DTYPES, _table
+from smgemm.bench import DTYPES, _table, describe
 from smgemm.plan import TileConfig, make_plan
 
 SCHEDULES = {"pers": "persistent", "sk": "streamk", "dp": "data_parallel"}
@@ -32,6 +32,39 @@ def parse_variant(text: str) -> tuple[TileConfig, str]:
     return cfg, schedule
 
 
+def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms: float) -> list[dict]:
+    """One row for the planner's plan (label `planned`) and one per variant: `run(kw)` calls the GEMM with the
+    keyword arguments `kw` ({} for the planner, else config and schedule) and returns (rel err, ms per call)."""
+    rows = []
+    for name in [planned, *variants.split(";")]:
+        row = {"shape": shape, "variant": name.strip()}
+        try:
+            if name is planned:
+                kw = {}
+            else:
+                cfg, sched = parse_variant(name)
+                kw = {"config": cfg, "schedule": sched}
+            err, t = run(kw)
+            row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,
+                        "err": f"{err:.1e}"})
+        except Exception as e:  # a variant that does not compile or apply is a result too
+            row.update({"us": 0.0, "TFLOP/s": 0.0, "vs torch": 0.0, "err": f"{type(e).__name__}: {str(e)[:60]}"})
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def report(rows: list[dict]) -> None:
+    """All rows, then the fastest per shape."""
+    best = {}
+    for row in rows:
+        if row["TFLOP/s"] > best.get(row["shape"], {"TFLOP/s": -1.0})["TFLOP/s"]:
+            best[row["shape"]] = row
+    print(_table(rows))
+    print("\nbest per shape:")
+    print(_table(list(best.values())))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", default="bf16")
@@ -41,40 +74,22 @@ def main():
     args = p.parse_args()
     dtype = DTYPES[args.dtype]
     spec = device_spec(torch.device("cuda"))
-    rows, best = [], {}
+    rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
         a = torch.randn(m, k, device="cuda").to(dtype)
         b = torch.randn(n, k, device="cuda").to(dtype).t()
         ref = a.float() @ b.float()
         t_torch = do_bench(lambda a=a, b=b: torch.matmul(a, b), return_mode="median") if dtype != DTYPES["fp8"] else 0
-        plan = make_plan(m, n, k, dtype, spec, num_sms=args.num_sms)
-        c = plan.config
-        planned = (f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-                   f"{' tma' if c.tma else ''} {plan.schedule} (planner)")
-        for name in [planned, *args.variants.split(";")]:
-            row = {"shape": shape, "variant": name.strip()}
-            try:
-                if name is planned:
-                    fn = lambda a=a, b=b: gemm(a, b, num_sms=args.num_sms)
-                else:
-                    cfg, sched = parse_variant(name)
-                    fn = lambda a=a, b=b, cfg=cfg, sched=sched: gemm(a, b, config=cfg, schedule=sched,
-                                                                      num_sms=args.num_sms)
-                err = ((fn().float() - ref).norm() / ref.norm()).item()
-                t = do_bench(fn, warmup=10, rep=50, return_mode="median")
-                row.update({"us": t * 1e3, "TFLOP/s": 2 * m * n * k / t / 1e9,
-                            "vs torch": t_torch / t if t_torch else 0.0, "err": f"{err:.1e}"})
-            except Exception as e:  # a variant that does not compile or apply is a result too
-                row.update({"us": 0.0, "TFLOP/s": 0.0, "vs torch": 0.0, "err": f"{type(e).__name__}: {str(e)[:50]}"})
-            rows.append(row)
-            print(row, flush=True)
-            if row["TFLOP/s"] > best.get(shape, {"TFLOP/s": -1.0})["TFLOP/s"]:
-                best[shape] = row
-    print(_table(rows))
-    print("\nbest per shape:")
-    print(_table(list(best.values())))
 
+        def run(kw, a=a, b=b, ref=ref):
+            fn = lambda: gemm(a, b, num_sms=args.num_sms, **kw)
+            return ((fn().float() - ref).norm() / ref.norm()).item(), do_bench(fn, warmup=10, rep=50,
+                                                                               return_mode="median")
+
+        planned = describe(make_plan(m, n, k, dtype, spec, num_sms=args.num_sms)) + " (planner)"
+        rows += sweep_shape(shape, 2 * m * n * k, planned, args.variants, run, t_torch)
+    report(rows)
 
 if __name__ == "__main__":
     main()

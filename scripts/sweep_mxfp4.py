@@ -11,12 +11,12 @@ import argparse
 import math
 
 import torch
-from sweep_configs import parse_variant
+from sweep_configs import report, sweep_shape
 
 import smgemm
 from smgemm._device import device_spec
 from smgemm._gemm import gemm_mxfp4
-from smgemm.bench import _rel_err, _table, _time_rotating, environment
+from smgemm.bench import _rel_err, _time_rotating, describe, environment
 from smgemm.plan import make_plan, mx_config
 
 
@@ -29,7 +29,7 @@ def main():
     args = p.parse_args()
     print(environment())
     spec = device_spec(torch.device("cuda"))
-    rows, best = [], {}
+    rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
         sets = []
@@ -40,37 +40,16 @@ def main():
             sets.append(((xq, w), ((xq.dequantize(torch.bfloat16) if args.both else x), w.dequantize().t())))
         ours, peer = [s for s, _ in sets], [q for _, q in sets]
         ref = torch.matmul(*peer[0])
-        t_torch = _time_rotating(torch.matmul, peer)
-        plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms, config=mx_config(m, n, k))
-        c = plan.config
-        planned = (f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-                   f"{' tma' if c.tma else ''}{' split' if c.mx_split else ''}{' swap' if c.mx_swap else ''}"
-                   f"{' prefetch' if c.mx_prefetch else ''} {plan.schedule} (planner)")
-        for name in [planned, *args.variants.split(";")]:
-            row = {"shape": shape, "variant": name.strip()}
-            try:
-                if name is planned:
-                    kw = {}
-                else:
-                    cfg, sched = parse_variant(name)
-                    kw = {"config": cfg, "schedule": sched}
-                fn = lambda a, w, kw=kw: gemm_mxfp4(a, w, num_sms=args.num_sms, **kw)
-                err = _rel_err(fn(*ours[0]), ref)
-                t = _time_rotating(fn, ours)
-                row.update({"us": t * 1e3, "TFLOP/s": 2 * m * n * k / t / 1e9, "vs torch bf16": t_torch / t,
-                            "err": f"{err:.1e}"})
-            except Exception as e:  # a variant that does not compile or apply is a result too
-                row.update({"us": 0.0, "TFLOP/s": 0.0, "vs torch bf16": 0.0,
-                            "err": f"{type(e).__name__}: {str(e)[:60]}"})
-            rows.append(row)
-            print(row, flush=True)
-            if row["TFLOP/s"] > best.get(shape, {"TFLOP/s": -1.0})["TFLOP/s"]:
-                best[shape] = row
-        del sets, ours, peer
-    print(_table(rows))
-    print("\nbest per shape:")
-    print(_table(list(best.values())))
 
+        def run(kw, ours=ours, ref=ref):
+            fn = lambda act, weight: gemm_mxfp4(act, weight, num_sms=args.num_sms, **kw)
+            return _rel_err(fn(*ours[0]), ref), _time_rotating(fn, ours)
+
+        plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms, config=mx_config(m, n, k))
+        rows += sweep_shape(shape, 2 * m * n * k, describe(plan) + " (planner)", args.variants, run,
+                            _time_rotating(torch.matmul, peer))
+        del sets, ours, peer
+    report(rows)
 
 if __name__ == "__main__":
     main()
