@@ -274,17 +274,14 @@ def k_loop_mx(
         k0 = it * BLOCK_K
         if MX_PREFETCH:  # expanded during the previous step's dot
             b_w = w_next
-        elif MX_SPLIT:
-            w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
-                                             BLOCK_N, BLOCK_K, EVEN_K)
-            if MX_FP16:  # fp16 cannot hold most scales' range: round the exact fp32 values once
-                b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(tl.float16)
-                w_even, w_odd = tl.split(b_w.reshape(BLOCK_N, HALF, 2))
-            else:
-                w_even, w_odd = mx_dequant_bf16(w_packed, w_scales, BLOCK_N, BLOCK_K, INTERPRETER)
+        elif MX_SPLIT and not MX_FP16:  # even / odd straight from the nibbles
+            w_even, w_odd = mx_dequant_bf16(*load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
+                                                         BLOCK_N, BLOCK_K, EVEN_K), BLOCK_N, BLOCK_K, INTERPRETER)
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
                                  BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16)
+            if MX_SPLIT:  # fp16: the rounded tile, split
+                w_even, w_odd = tl.split(b_w.reshape(BLOCK_N, HALF, 2))
         if A_MX:
             a_packed, a_scales = load_mx_raw(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, k0, K,
                                              BLOCK_M, BLOCK_K, EVEN_K)
