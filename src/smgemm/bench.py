@@ -8,6 +8,7 @@ problems through the Triton interpreter, checks them against float64 and says th
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import platform
 import subprocess
@@ -82,6 +83,12 @@ def _copies_for(m: int, n: int, k: int, dtype: torch.dtype) -> int:
     return max(1, min(16, math.ceil(256e6 / ((m * k + k * n) * elem))))
 
 
+def _rotation(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list) -> Callable[[], None]:
+    """A call of `fn` on the next operand set, round and round."""
+    cycle = itertools.cycle(sets)
+    return lambda: fn(*next(cycle))
+
+
 def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list, batches: int = 5) -> float:
     """Median milliseconds of one call, rotating through the operand sets (which together defeat L2): device time
     of back-to-back calls, whatever the host's speed.
@@ -95,13 +102,7 @@ def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: lis
     was triton's do_bench, which clears L2 with a memset before every call and times each call alone: short
     kernels then read up to 4x slow, see docs/performance.md.)
     """
-    state = {"i": 0}
-
-    def step():
-        a, b = sets[state["i"] % len(sets)]
-        state["i"] += 1
-        fn(a, b)
-
+    step = _rotation(fn, sets)
     start_s, calls = time.perf_counter(), 0
     while time.perf_counter() - start_s < 0.05:
         step()
@@ -173,14 +174,7 @@ def graph_us(fn: Callable[[], object], calls: int = 20, reps: int = 10) -> float
 
 def _graph_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list) -> float:
     """graph_us of `fn` over a graph of one call per operand set (each call reads its own set, defeating L2)."""
-    state = {"i": 0}
-
-    def step():
-        a, b = sets[state["i"] % len(sets)]
-        state["i"] += 1
-        fn(a, b)
-
-    return graph_us(step, calls=len(sets))
+    return graph_us(_rotation(fn, sets), calls=len(sets))
 
 
 def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -292,9 +286,11 @@ def pyplot():
 
 def save_figure(fig, path: str) -> str:
     """Lay out, write and close `fig`; returns the line the benchmarks print."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    fig.clf()
+    plt.close(fig)
     return f"wrote {path}"
 
 
@@ -319,9 +315,7 @@ def plot_budgets(rows: list[dict[str, object]], path: str, label: str = "bf16") 
         ax.set(title="x".join(map(str, shape)) + f" {label}", xlabel="SMs", ylabel="TFLOP/s")
         ax.grid(alpha=0.3)
         ax.legend()
-    result = save_figure(fig, path)
-    plt.close(fig)
-    return result
+    return save_figure(fig, path)
 
 
 MXFP4_DECODE = [(m, n, k) for m in (1, 16, 64) for n, k in ((4096, 4096), (8192, 8192), (14336, 4096))]

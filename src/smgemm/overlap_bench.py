@@ -129,9 +129,7 @@ def plot_overlap(rows: list[dict[str, object]], path: str, title: str) -> str:
     ax.set(title=title, xlabel="k: SMs given to the GEMM", ylabel="wall time per pair (ms)")
     ax.grid(alpha=0.3)
     ax.legend()
-    result = save_figure(fig, path)
-    plt.close(fig)
-    return result
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
