@@ -95,6 +95,13 @@ for s in "$@"; do
 128x256x64 w8 s4 swap prefetch';
       $PY scripts/sweep_mxfp4.py --both --shapes 8192x8192x8192 \
         --variants '256x128x64 w8 s4 swap prefetch;256x128x64 w8 s4 swap;256x128x64 w8 s4 split swap'" ;;
+    mxtests) step mxtests 200 $PY -m pytest -q -p no:cacheprovider tests/test_mxfp4_gemm.py ;;
+    mxdecode) # decode grids: data-parallel (all tiles resident at once when they fit 2 per SM) against Stream-K
+      step mxdecode 200 $PY scripts/sweep_mxfp4.py \
+        --shapes 1x4096x4096,16x4096x4096,1x8192x8192,16x14336x4096,1x14336x4096,16x4096x14336,16x28672x4096 \
+        --variants '16x64x512 w4 s4 dp;16x32x512 w4 s4 dp;16x64x512 w4 s4 sk;16x32x512 w4 s4 sk;16x64x512 w8 s4 sk;16x64x512 w4 s3 dp'
+      step mxdecode2 120 $PY scripts/sweep_mxfp4.py --programs-per-sm 2 --shapes 1x8192x8192,16x4096x14336 \
+        --variants '16x64x512 w4 s2 sk;16x64x512 w4 s3 sk;16x64x256 w4 s3 sk' ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

@@ -16,7 +16,7 @@ import smgemm
 from smgemm._device import device_spec
 from smgemm._gemm import gemm, gemm_mxfp4
 from smgemm.bench import _table, describe
-from smgemm.plan import make_plan, mx_config
+from smgemm.plan import make_mx_plan, make_plan
 
 CASES = [("bf16", 16, 4096, 4096), ("bf16", 1024, 1024, 1024), ("mxfp4", 1, 4096, 4096), ("mxfp4", 16, 4096, 4096),
          ("mxfp4", 16, 8192, 8192)]
@@ -30,7 +30,7 @@ def main():
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         if kind == "mxfp4":
             w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
-            plan = make_plan(m, n, k, torch.bfloat16, spec, config=mx_config(m, n, k))
+            plan = make_mx_plan(m, n, k, torch.bfloat16, spec)
             run = lambda smids, a=a, w=w: gemm_mxfp4(a, w, smid_out=smids)
         else:
             b = torch.randn(n, k, device="cuda").to(torch.bfloat16).t()

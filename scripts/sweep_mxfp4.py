@@ -8,16 +8,18 @@ through ~256 MB of copies, so that neither side runs from L2.
 """
 
 import argparse
+import dataclasses
 import math
 
 import torch
 from sweep_configs import report, sweep_shape
 
 import smgemm
+import smgemm._gemm
 from smgemm._device import device_spec
 from smgemm._gemm import gemm_mxfp4
 from smgemm.bench import _rel_err, _time_rotating, describe, environment
-from smgemm.plan import make_plan, mx_config
+from smgemm.plan import make_mx_plan
 
 
 def main():
@@ -26,9 +28,16 @@ def main():
     p.add_argument("--variants", required=True, help="semicolon list of variants")
     p.add_argument("--both", action="store_true", help="MXFP4 activations too")
     p.add_argument("--num-sms", type=int, default=None)
+    p.add_argument("--programs-per-sm", type=int, default=1,
+                   help="experiment: plan persistent / Stream-K grids for a device with this many times its SMs "
+                        "(several programs per SM; Stream-K then relies on them being resident together)")
     args = p.parse_args()
     print(environment())
     spec = device_spec(torch.device("cuda"))
+    if args.programs_per_sm > 1:
+        spec = dataclasses.replace(spec, num_sms=spec.num_sms * args.programs_per_sm)
+        smgemm._gemm.device_spec = lambda device: spec
+        print(f"experiment: planning for {spec.num_sms} SMs ({args.programs_per_sm} programs per SM)")
     rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
@@ -45,7 +54,7 @@ def main():
             fn = lambda act, weight: gemm_mxfp4(act, weight, num_sms=args.num_sms, **kw)
             return _rel_err(fn(*ours[0]), ref), _time_rotating(fn, ours)
 
-        plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms, config=mx_config(m, n, k))
+        plan = make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms)
         rows += sweep_shape(shape, 2 * m * n * k, describe(plan) + " (planner)", args.variants, run,
                             _time_rotating(torch.matmul, peer))
         del sets, ours, peer

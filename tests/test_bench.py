@@ -4,7 +4,7 @@ import torch
 
 from smgemm._device import INTERPRETER_SPEC
 from smgemm.bench import _table, describe
-from smgemm.plan import make_plan, mx_config
+from smgemm.plan import make_mx_plan
 
 
 def test_table_takes_rows_with_different_columns():
@@ -16,7 +16,7 @@ def test_table_takes_rows_with_different_columns():
 
 
 def test_describe_names_schedule_tile_and_mxfp4_flags():
-    plan = make_plan(4096, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC, config=mx_config(4096, 4096, 4096))
+    plan = make_mx_plan(4096, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC)
     assert describe(plan) == "pers 256x128x64 w8 s4 mx_swap mx_prefetch grid 132"
-    plan = make_plan(16, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC, config=mx_config(16, 4096, 4096))
+    plan = make_mx_plan(16, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC)
     assert describe(plan).startswith("stre 16x64x512 w4 s4 grid 132 sk ")

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smgemm._device import INTERPRETER_SPEC, DeviceSpec
-from smgemm.plan import INPUT_DTYPES, SCHEDULES, TileConfig, element_bytes, make_plan, mx_config
+from smgemm.plan import (INPUT_DTYPES, SCHEDULES, TileConfig, _iteration, element_bytes, make_mx_plan, make_plan,
+                         mx_config)
 
 H200 = dataclasses.replace(INTERPRETER_SPEC, name="fake H200", interpreted=False)
 SMALL_GPU = DeviceSpec(name="fake 20-SM GPU", num_sms=20, smem_per_block=101376, capability=(8, 6))
@@ -111,6 +112,30 @@ def test_skinny_gemms_use_pointer_tiles_with_long_k_steps():
     assert make_plan(1024, 6144, 4096, torch.bfloat16, H200).config.tma
 
 
+def test_programs_share_l2_bandwidth_in_proportion_to_how_many_run():
+    # With the whole budget busy a 128 x 64 tile (half the reference intensity) costs twice its multiply-adds; with
+    # half the programs, its own SM's load rate (~68 GB/s) bounds it instead, between the two.
+    cfg = TileConfig(128, 64, 128, num_warps=4, num_stages=4)
+    full, half = _iteration(cfg, 2, 132, 132), _iteration(cfg, 2, 66, 132)
+    multiply_adds = 128 * 64 / (128 * 256) * 128 * 2 / 128
+    assert full == pytest.approx(2 * multiply_adds)
+    assert multiply_adds < half < full
+    # The reference tile is compute-bound however many programs run.
+    ref = TileConfig(128, 256, 64, num_warps=8)
+    assert _iteration(ref, 2, 132, 132) == _iteration(ref, 2, 10, 132) == 1.0
+
+
+def test_a_half_empty_grid_of_small_tiles_can_beat_streamk():
+    # Measured on the H200 (docs/performance.md, stop 13): 96 tiles of 128 x 64 on 96 SMs ran 291 TFLOP/s where the
+    # Stream-K plan over 132 SMs ran 248, and 64 x 8192 x 8192 ran faster on 128 persistent 64 x 64 tiles than split.
+    plan = make_plan(128, 6144, 4096, torch.bfloat16, H200)
+    assert (plan.schedule, plan.config.block_m, plan.config.block_n, plan.num_programs) == ("persistent", 128, 64, 96)
+    plan = make_plan(64, 8192, 8192, torch.bfloat16, H200)
+    assert (plan.schedule, plan.config.block_m, plan.config.block_n, plan.num_programs) == ("persistent", 64, 64, 128)
+    # Few tiles and a long K loop still split (the 256 x 1024 x 16384 Stream-K row: 2.6x over data-parallel).
+    assert make_plan(256, 1024, 16384, torch.bfloat16, H200).schedule == "streamk"
+
+
 def test_auto_keeps_full_waves_and_thin_splits_data_parallel():
     # 512 tiles on 128 SMs: four full waves, nothing to balance.
     assert make_plan(4096, 4096, 4096, torch.bfloat16, H200, num_sms=128).schedule == "persistent"
@@ -150,3 +175,19 @@ def test_mxfp4_rules():
     assert (large.block_m, large.block_n, large.mx_swap, large.mx_prefetch, large.tma) == (256, 128, True, True, False)
     assert mx_config(64, 8192, 8192) is None  # between the rules: the dense model
     assert mx_config(4096, 64, 4096) is None
+
+
+def test_mxfp4_decode_runs_one_program_per_tile_when_tiles_fill_the_device():
+    # At least one 16 x 64 tile per SM: data-parallel (two decode programs fit an SM, no fixup).
+    plan = make_mx_plan(16, 14336, 4096, torch.bfloat16, H200)
+    assert (plan.schedule, plan.num_programs, plan.num_tiles) == ("data_parallel", 224, 224)
+    assert make_mx_plan(1, 28672, 4096, torch.bfloat16, H200, num_sms=132).num_programs == 448
+    # Fewer tiles than SMs: Stream-K splits them.
+    assert make_mx_plan(16, 4096, 4096, torch.bfloat16, H200).schedule == "streamk"
+    # A budget below the device's, an explicit schedule or config: the grid stays within the budget as always.
+    assert make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, num_sms=66).num_programs <= 66
+    assert make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, schedule="persistent").num_programs == 132
+    cfg = mx_config(16, 14336, 4096)
+    assert make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, config=cfg).schedule != "data_parallel"
+    # Large M keeps the measured 256 x 128 configuration.
+    assert make_mx_plan(4096, 4096, 4096, torch.bfloat16, H200).config == mx_config(4096, 4096, 4096)

@@ -19,7 +19,7 @@ from triton.runtime import _allocation
 
 from ._device import device_spec, interpreter_active, tf32_enabled
 from .mxfp4 import MXFP4Tensor
-from .plan import INPUT_DTYPES, OUTPUT_DTYPES, SCHEDULES, Plan, TileConfig, make_plan, mx_config, resolve_budget
+from .plan import INPUT_DTYPES, OUTPUT_DTYPES, SCHEDULES, Plan, TileConfig, make_mx_plan, make_plan, resolve_budget
 from .tuning import lookup, tuning_version
 
 _INT32_MAX = 2**31 - 1
@@ -452,9 +452,7 @@ def gemm_mxfp4(
         return out
     if k == 0:
         return _empty_product(out, c if has_c else None, beta)
-    if config is None:
-        config = mx_config(m, n, k)
-    plan = make_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
+    plan = make_mx_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     tensors = [t for _, t in dense] + [w.data, out] + ([c] if has_c else [])

@@ -9,12 +9,15 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   (twice that when M <= 64 and the GEMM is bound by streaming B, four times when M <= 16); skinny GEMMs
   (64 < M <= 128) follow measured rules instead of the efficiency model (`_SKINNY_MAX_M`);
 * a tile's efficiency is its arithmetic intensity BM*BN/(BM+BN) relative to the 128x256 tile (capped at 1): a
-  tile re-reads A and B from L2/HBM once per (BM+BN) columns/rows and computes BM*BN outputs; one K-iteration
-  of a tile costs BM*BN/efficiency, relative to the 128x256 tile's (the unit of time below);
+  tile re-reads A and B from L2/HBM once per (BM+BN) columns/rows and computes BM*BN outputs; with every SM of
+  the budget busy, one K-iteration of a tile costs BM*BN/efficiency, relative to the 128x256 tile's (the unit of
+  time below): the programs share the L2 bandwidth. With fewer programs than SMs each gets a larger share, down
+  to what one SM loads by itself (~68 GB/s, `_iteration`), so a partial wave or a half-empty grid of small tiles
+  is not charged as if the chip were full;
 * persistent / data-parallel: with `budget` SMs the tiles run in `ceil(tiles / budget)` waves of k_iters
   iterations each, and no faster than streaming A, B and D through device memory once (`_HBM_BYTES_PER_ITER`),
-  nor, when M <= 64 and B is streamed, than the busiest program can load its operand bytes at one SM's rate
-  (`_SM_BYTES_PER_ITER`; this is what makes Stream-K's even split win on decode shapes);
+  nor, for 16-row decode tiles, than the busiest program can load its operand bytes at such a tile's rate
+  (`_SM_BYTES_PER_ITER`, ~30 GB/s per SM; this is what makes Stream-K's even split win on decode shapes);
 * Stream-K (`streamk_split`): whole waves stay data-parallel; the K-iterations of the `tiles % budget` tiles of
   the last, partial wave are split evenly over all programs, so that wave costs `ceil(rem * k_iters / P)`
   iterations instead of k_iters. The fixup adds `_SK_FIXUP_BASE` plus, per program sharing a split tile,
@@ -76,11 +79,15 @@ _SK_FIXUP_BASE = 3.0
 _SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
 _SK_MARGIN = 0.97
 _HBM_BYTES_PER_ITER = 3.4e6  # device-memory bytes the chip streams in one reference iteration (~4 TB/s x 0.85 us)
-# Operand bytes one SM loads in one reference iteration when a GEMM streams B (M <= _STREAMING_MAX_M): ~30 GB/s,
-# measured on the H200 with 16-row tiles (docs/performance.md), so the program that streams the most bytes bounds
-# the GEMM. Larger M re-reads operands from L2, where the compute and device-memory terms were fitted instead.
+# Operand bytes one SM loads in one reference iteration with a 16-row (decode) tile: ~30 GB/s, measured on the H200
+# (docs/performance.md), so the program that streams the most bytes bounds the GEMM. Larger tiles load faster
+# (`_SM_OWN_BYTES_PER_ITER`).
 _SM_BYTES_PER_ITER = 25.6e3
-_STREAMING_MAX_M = 64
+_STREAMING_MAX_M = 64  # up to here B is streamed: longer K steps (block_k)
+# Operand bytes one SM loads by itself in a reference iteration, ~68 GB/s: persistent 64 x 64, 128 x 64 and 64 x 128
+# tiles on 32-128 SMs of the H200 ran at 63-75 GB/s per SM (docs/performance.md, stop 13). With every SM busy,
+# the shared L2 bandwidth (the `efficiency` term) binds first.
+_SM_OWN_BYTES_PER_ITER = 68e9 * 0.85e-6
 # Tiles at least this large take the Hopper path (TMA loads and store, flattened loop): on the H200 it lifted
 # 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster
 # (docs/performance.md, issue 4). Measured, not modelled.
@@ -179,29 +186,46 @@ def streamk_split(num_tiles: int, k_iters: int, budget: int) -> tuple[int, int] 
     return full_waves * budget, programs
 
 
+def _iteration(cfg: TileConfig, elem: int, active: int, budget: int) -> float:
+    """Time of one K-iteration of one program, in reference iterations, while `active` programs of a `budget` run.
+
+    The tile's multiply-adds at the reference tile's rate, unless its operand traffic is slower: the L2 -> SM
+    bandwidth that the active programs share (at the full budget a tile of lower intensity moves more bytes per
+    multiply-add, `efficiency`; fewer programs each get a larger share), or, when few share it, what one SM loads by
+    itself (`_SM_OWN_BYTES_PER_ITER`).
+    """
+    base = cfg.block_m * cfg.block_n / (128 * 256) * cfg.block_k * elem / 128
+    efficiency = min(1.0, cfg.block_m * cfg.block_n / (cfg.block_m + cfg.block_n) / _REFERENCE_INTENSITY)
+    if cfg.tma:
+        efficiency **= _HOPPER_EFFICIENCY_EXPONENT
+    own = (cfg.block_m + cfg.block_n) * cfg.block_k * elem / _SM_OWN_BYTES_PER_ITER
+    return max(base, base * active / budget / efficiency, own)
+
+
 def modelled_time(
     cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2_bytes: int = 50 * 2**20
 ) -> float:
     """Critical-path time of `schedule` with tile `cfg`, in iterations of the reference tile (inf: not applicable).
 
-    See the module docstring: one K-iteration of a (BM, BN) tile costs BM * BN / efficiency reference units,
-    scaled by its BLOCK_K bytes; no schedule beats streaming its device-memory bytes; a Stream-K fixup costs
-    _SK_FIXUP_BASE plus _SK_FIXUP_PER_SHARER (scaled by the partial tile's size) per program sharing a split tile.
+    See the module docstring: a K-iteration costs `_iteration` (its multiply-adds, or its operand traffic when
+    that is slower); no schedule beats streaming its device-memory bytes; a Stream-K fixup costs _SK_FIXUP_BASE
+    plus _SK_FIXUP_PER_SHARER (scaled by the partial tile's size) per program sharing a split tile.
     """
     elem = element_bytes(dtype)
     rows, cols = math.ceil(m / cfg.block_m), math.ceil(n / cfg.block_n)
     tiles = rows * cols
     k_iters = math.ceil(k / cfg.block_k)
-    efficiency = min(1.0, cfg.block_m * cfg.block_n / (cfg.block_m + cfg.block_n) / _REFERENCE_INTENSITY)
-    if cfg.tma:
-        efficiency **= _HOPPER_EFFICIENCY_EXPONENT
-    iteration = cfg.block_m * cfg.block_n / efficiency / (128 * 256) * cfg.block_k * elem / 128
     hbm_bytes = (m * k + k * n) * elem + m * n * 2  # operands once (grouped tile order), a 16-bit result
-    # One program's operand bytes per K-iteration, in reference iterations of its SM's load rate.
-    sm_load = (cfg.block_m + cfg.block_n) * cfg.block_k * elem / _SM_BYTES_PER_ITER if m <= _STREAMING_MAX_M else 0.0
+    # One program's operand bytes per K-iteration, in reference iterations of its SM's load rate: decode tiles
+    # (16 rows) stream B at ~30 GB/s per SM, slower than `_iteration`'s rates.
+    sm_load = (cfg.block_m + cfg.block_n) * cfg.block_k * elem / _SM_BYTES_PER_ITER if cfg.block_m <= 16 else 0.0
     if schedule != "streamk":
-        longest = math.ceil(tiles / budget) * k_iters
-        return max(longest * iteration, longest * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER)
+        full_waves, rem = divmod(tiles, budget)
+        longest = full_waves * k_iters * _iteration(cfg, elem, budget, budget)
+        if rem:  # the last, partial wave's programs share the L2 bandwidth with fewer others
+            longest += k_iters * _iteration(cfg, elem, rem, budget)
+        waves = math.ceil(tiles / budget)
+        return max(longest, waves * k_iters * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER)
     split = streamk_split(tiles, k_iters, budget)
     if split is None:
         return math.inf
@@ -216,8 +240,10 @@ def modelled_time(
     b_region, a_region = sk_cols * cfg.block_n * k * elem, sk_rows * cfg.block_m * k * elem
     hbm_bytes += (sk_rows - 1) * b_region * (b_region > l2_bytes)
     hbm_bytes += (sk_cols - 1) * a_region * (a_region > l2_bytes)
-    longest = dp_tiles // programs * k_iters + math.ceil(per_program)
-    return max(longest * iteration, longest * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER) + fixup
+    iters = dp_tiles // programs * k_iters + math.ceil(per_program)
+    longest = (dp_tiles // programs * k_iters * _iteration(cfg, elem, budget, budget)
+               + math.ceil(per_program) * _iteration(cfg, elem, programs, budget))
+    return max(longest, iters * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER) + fixup
 
 
 def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2: int) -> float:
@@ -284,6 +310,34 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
         return TileConfig(256, 128, min(64, max(32, _next_pow2(k))), num_warps=8, num_stages=4, mx_swap=True,
                           mx_prefetch=True)
     return None
+
+
+def make_mx_plan(
+    m: int,
+    n: int,
+    k: int,
+    dtype: torch.dtype,
+    spec: DeviceSpec,
+    *,
+    schedule: str = "auto",
+    num_sms: int | None = None,
+    config: TileConfig | None = None,
+) -> Plan:
+    """`make_plan` for an MXFP4 GEMM (`dtype`: the dtype its dot runs in): the tile of `mx_config` unless `config`
+    is given, and one more measured rule for `auto`:
+
+    * decode (M <= 16) on the whole device with at least one 16 x 64 tile per SM: data-parallel, one program per
+      tile. The decode tile's shared memory lets two programs share an SM, so up to 2 x SMs tiles run at once with
+      no Stream-K fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan (docs/performance.md,
+      stop 13). With fewer tiles than SMs Stream-K still splits them.
+    """
+    if config is None:
+        config = mx_config(m, n, k)
+        full_device = resolve_budget(num_sms, spec) == spec.num_sms
+        if (schedule == "auto" and config is not None and m <= 16 and full_device
+                and math.ceil(n / config.block_n) >= spec.num_sms):
+            schedule, num_sms = "data_parallel", None  # the whole device either way: num_sms covers every SM
+    return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
 
 
 def resolve_budget(num_sms: int | None, spec: DeviceSpec) -> int:
