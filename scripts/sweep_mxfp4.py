@@ -28,6 +28,8 @@ def main():
     p.add_argument("--variants", required=True, help="semicolon list of variants")
     p.add_argument("--both", action="store_true", help="MXFP4 activations too")
     p.add_argument("--num-sms", type=int, default=None)
+    p.add_argument("--expand", choices=("auto", "on", "off"), default="auto",
+                   help="the planner row's MXFP4 path: as planned, or forced to two passes (on) or fused (off)")
     p.add_argument("--programs-per-sm", type=int, default=1,
                    help="experiment: plan persistent / Stream-K grids for a device with this many times its SMs "
                         "(several programs per SM; Stream-K then relies on them being resident together)")
@@ -51,11 +53,14 @@ def main():
         ref = torch.matmul(*peer[0])
 
         def run(kw, ours=ours, ref=ref):
+            if not kw and args.expand != "auto":
+                kw = {"expand": args.expand == "on"}
             fn = lambda act, weight: gemm_mxfp4(act, weight, num_sms=args.num_sms, **kw)
             return _rel_err(fn(*ours[0]), ref), _time_rotating(fn, ours)
 
         plan = make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms)
-        rows += sweep_shape(shape, 2 * m * n * k, describe(plan) + " (planner)", args.variants, run,
+        label = describe(plan) + (" (planner)" if args.expand == "auto" else f" (planner, expand {args.expand})")
+        rows += sweep_shape(shape, 2 * m * n * k, label, args.variants, run,
                             _time_rotating(torch.matmul, peer))
         del sets, ours, peer
     report(rows)

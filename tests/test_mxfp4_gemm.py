@@ -11,7 +11,7 @@ import torch
 
 import smgemm
 from reference import assert_gemm_close, randn
-from smgemm._gemm import gemm_mxfp4
+from smgemm._gemm import expand_mxfp4, gemm_mxfp4
 from smgemm.mxfp4 import MXFP4Tensor, quantize_mxfp4
 from smgemm.plan import TileConfig
 
@@ -62,6 +62,42 @@ def test_kernel_variants(swap, split, prefetch, both, device):
     assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
+@pytest.mark.parametrize("num_sms", [None, 2])
+def test_expansion_pass_is_exact(num_sms, device):
+    """The two-pass path's expansion (kernels.mx_expand): every byte value under extreme and ordinary scales, rows
+    and K not multiples of its blocks, bit for bit equal to `dequantize` (bf16), or its one rounding (fp16)."""
+    rows, k = 70, 288  # 64-row blocks and 256-wide K blocks with tails; 9 scale groups per row
+    data = torch.randint(0, 256, (rows, k // 2), dtype=torch.uint8, device=device)
+    data[0, :128] = torch.arange(128, 256, dtype=torch.uint8, device=device)
+    data[1, :128] = torch.arange(128, dtype=torch.uint8, device=device)
+    scales = torch.randint(100, 140, (rows, k // 32), dtype=torch.uint8, device=device)
+    scales[:2, :4] = torch.tensor([0, 1, 254, 255], dtype=torch.uint8, device=device)
+    w = MXFP4Tensor(data, scales)
+    got = expand_mxfp4(w, torch.bfloat16, num_sms)
+    torch.testing.assert_close(got, w.dequantize(torch.bfloat16), rtol=0, atol=0, equal_nan=True)
+    got16 = expand_mxfp4(w, torch.float16, num_sms)
+    torch.testing.assert_close(got16, w.dequantize(torch.float32).to(torch.float16), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("both,dtype", [(False, torch.bfloat16), (False, torch.float16), (True, torch.bfloat16)])
+def test_two_pass_path(both, dtype, device):
+    """expand=True (what `plan.mx_expands` picks for large M): the same results, epilogue and budget as fused."""
+    m, n, k = 37, 70, 224
+    x = randn((m, k), dtype, device)
+    xq = quantize_mxfp4(x.float()) if both else x
+    w = _weight(n, k, device)
+    c = randn((m, n), torch.float32, device)
+    out = torch.empty(m, n, dtype=torch.float32, device=device)
+    y = gemm_mxfp4(xq, w, c=c, alpha=0.5, beta=2.0, out=out, out_dtype=torch.float32, schedule="streamk", num_sms=4,
+                   expand=True)
+    assert y is out
+    a = xq.dequantize(torch.float32) if both else x
+    assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=2.0, c=c)
+    y = gemm_mxfp4(xq, w, expand=True)
+    assert y.dtype == (torch.bfloat16 if both else dtype)
+    assert_gemm_close(y, a, w.dequantize(torch.float32).t())
+
+
 def test_decode_shapes_and_default_plan(device):
     for m in (1, 16):
         x = randn((m, 128), torch.bfloat16, device)
@@ -95,7 +131,7 @@ def test_nan_scale_block_gives_nan(device):
 @pytest.mark.parametrize("config", [None, TileConfig(16, 64, 256, num_warps=4, num_stages=4),
                                     TileConfig(256, 128, 64, num_warps=8, num_stages=3, mx_swap=True),
                                     TileConfig(128, 128, 64, num_warps=8, num_stages=3, mx_swap=True, mx_prefetch=True),
-                                    TileConfig(64, 64, 128, mx_split=True)])
+                                    TileConfig(64, 64, 128, mx_split=True), "expand"])
 def test_every_code_and_scale_is_exact_on_gpu(config):
     """Every byte (two e2m1 codes) under scales from the e8m0 extremes, read back through an identity activation:
     the GPU's bf16 conversion (an asm block the interpreter cannot run) must reproduce `dequantize` exactly."""
@@ -106,7 +142,10 @@ def test_every_code_and_scale_is_exact_on_gpu(config):
     data = data[:, torch.randperm(256, device="cuda")]  # codes meet every position of the K loop
     w = MXFP4Tensor(data, scales[:, None].expand(-1, k // 32).contiguous())
     eye = torch.eye(k, dtype=torch.bfloat16, device="cuda")
-    out = gemm_mxfp4(eye, w, out_dtype=torch.float32, config=config)  # out[m, n] = W[n, m]
+    if config == "expand":  # the two-pass path: the expansion kernel, then the dense GEMM
+        out = gemm_mxfp4(eye, w, out_dtype=torch.float32, expand=True)  # out[m, n] = W[n, m]
+    else:
+        out = gemm_mxfp4(eye, w, out_dtype=torch.float32, config=config)
     ref = w.dequantize(torch.float32).t()
     torch.testing.assert_close(ref.cpu(), w.to("cpu").dequantize(torch.float32).t(), rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(out[:, :len(finite)], ref[:, :len(finite)], rtol=0, atol=0)

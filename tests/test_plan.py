@@ -8,8 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smgemm._device import INTERPRETER_SPEC, DeviceSpec
-from smgemm.plan import (INPUT_DTYPES, SCHEDULES, TileConfig, _iteration, element_bytes, make_mx_plan, make_plan,
-                         mx_config)
+from smgemm.plan import (
+    INPUT_DTYPES,
+    SCHEDULES,
+    TileConfig,
+    _iteration,
+    element_bytes,
+    make_mx_plan,
+    make_plan,
+    mx_config,
+    mx_expands,
+)
 
 H200 = dataclasses.replace(INTERPRETER_SPEC, name="fake H200", interpreted=False)
 SMALL_GPU = DeviceSpec(name="fake 20-SM GPU", num_sms=20, smem_per_block=101376, capability=(8, 6))
@@ -191,3 +200,10 @@ def test_mxfp4_decode_runs_one_program_per_tile_when_tiles_fill_the_device():
     assert make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, config=cfg).schedule != "data_parallel"
     # Large M keeps the measured 256 x 128 configuration.
     assert make_mx_plan(4096, 4096, 4096, torch.bfloat16, H200).config == mx_config(4096, 4096, 4096)
+
+
+def test_mxfp4_expands_operands_first_only_where_the_gemm_is_compute_bound():
+    assert mx_expands(4096, 4096, 4096, a_mx=False) and mx_expands(8192, 8192, 8192, a_mx=True)
+    assert not mx_expands(16, 8192, 8192, a_mx=False) and not mx_expands(256, 4096, 4096, a_mx=False)
+    # Expanding MXFP4 activations costs M x K: worth it only when N is large too.
+    assert mx_expands(4096, 256, 4096, a_mx=False) and not mx_expands(4096, 256, 4096, a_mx=True)

@@ -19,7 +19,17 @@ from triton.runtime import _allocation
 
 from ._device import device_spec, interpreter_active, tf32_enabled
 from .mxfp4 import MXFP4Tensor
-from .plan import INPUT_DTYPES, OUTPUT_DTYPES, SCHEDULES, Plan, TileConfig, make_mx_plan, make_plan, resolve_budget
+from .plan import (
+    INPUT_DTYPES,
+    OUTPUT_DTYPES,
+    SCHEDULES,
+    Plan,
+    TileConfig,
+    make_mx_plan,
+    make_plan,
+    mx_expands,
+    resolve_budget,
+)
 from .tuning import lookup, tuning_version
 
 _INT32_MAX = 2**31 - 1
@@ -405,11 +415,14 @@ def gemm_mxfp4(
     num_sms: int | None = None,
     config: TileConfig | None = None,
     smid_out: torch.Tensor | None = None,
+    expand: bool | None = None,
 ) -> torch.Tensor:
     """alpha * a @ w.T + beta * c with an MXFP4 weight `w` [N, K] and `a` [M, K] bf16 / fp16 (weight-only) or MXFP4.
 
-    Both are dequantized inside the kernel (exactly, to bf16; to fp16 when `a` is fp16) and multiplied with fp32
-    accumulation; every schedule and `num_sms` work as for dense operands; `config` and `smid_out` as for `gemm`.
+    Both are dequantized exactly (to bf16; to fp16 when `a` is fp16) and multiplied with fp32 accumulation: inside
+    the GEMM's K loop, or, for compute-bound shapes (`plan.mx_expands`; `expand` forces either way), into bf16
+    copies by a pass of their own, followed by the dense GEMM. Every schedule and `num_sms` work as for dense
+    operands (both passes stay within the budget); `config` and `smid_out` as for `gemm`.
     """
     key = None
     if out is None and smid_out is None:
@@ -452,6 +465,13 @@ def gemm_mxfp4(
         return out
     if k == 0:
         return _empty_product(out, c if has_c else None, beta)
+    if expand is None:
+        expand = config is None and mx_expands(m, n, k, isinstance(a, MXFP4Tensor))
+    if expand:
+        a_dense = expand_mxfp4(a, dot_dtype, num_sms) if isinstance(a, MXFP4Tensor) else a
+        return gemm(a_dense, expand_mxfp4(w, dot_dtype, num_sms).t(), c=c if has_c else None, alpha=alpha,
+                    beta=beta, out=out, out_dtype=out.dtype, schedule=schedule, num_sms=num_sms, config=config,
+                    smid_out=smid_out)
     plan = make_mx_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
@@ -463,6 +483,27 @@ def gemm_mxfp4(
     ints, meta = _static_args(plan, ops, 0, 0, use_int64)
     launcher = _launch(plan, _tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
     _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launcher))
+    return out
+
+
+_EXPAND_BLOCK_R, _EXPAND_BLOCK_K = 64, 256
+
+
+def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None) -> torch.Tensor:
+    """The values of a 2-D MXFP4Tensor as a new [rows, K] `dtype` tensor (bf16: exact; fp16: rounded once), computed
+    by at most `num_sms` programs (the GEMM's SM budget)."""
+    from .kernels.mx_expand import mx_expand_kernel
+
+    rows, k = t.shape
+    out = _empty((rows, k), dtype, t.device)
+    block_k = min(_EXPAND_BLOCK_K, max(32, 1 << (k - 1).bit_length()))
+    tiles = -(-rows // _EXPAND_BLOCK_R) * -(-k // block_k)
+    grid = max(1, min(tiles, resolve_budget(num_sms, device_spec(t.device))))
+    other_device = t.device.type == "cuda" and t.device.index != torch.cuda.current_device()
+    with torch.cuda.device(t.device) if other_device else contextlib.nullcontext():
+        mx_expand_kernel[(grid,)](t.data, t.scales, out, rows, k, t.data.stride(0), t.scales.stride(0), out.stride(0),
+                                  grid, BLOCK_R=_EXPAND_BLOCK_R, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
+                                  INTERPRETER=t.device.type == "cpu", FP16=dtype == torch.float16, num_warps=4)
     return out
 
 

@@ -89,6 +89,12 @@ _E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
 
 
 @triton.jit
+def _bf16_bits(x):
+    """fp32 `x` that holds bf16 values, as bf16, exactly (its top 16 bits)."""
+    return (x.to(tl.uint32, bitcast=True) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
 def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """The bf16 values of MXFP4 data (`packed` uint8 [ROWS, BLOCK_K // 2], `scales` uint8 e8m0 [ROWS, BLOCK_K // 32])
     as (even, odd) [ROWS, BLOCK_K // 2]: elements 2i and 2i + 1, the low and high nibbles of byte i. Exact.
@@ -96,9 +102,9 @@ def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, I
     On the GPU through `_E2M1X8_TO_BF16`; the interpreter, which cannot run PTX, takes the fp32 route.
     """
     HALF: tl.constexpr = BLOCK_K // 2
-    if INTERPRETER:
-        even = e2m1_values(packed & 0xF, scales, ROWS, HALF, 16).to(tl.bfloat16)
-        odd = e2m1_values(packed >> 4, scales, ROWS, HALF, 16).to(tl.bfloat16)
+    if INTERPRETER:  # the values are bf16 values: keep their top 16 bits (the interpreter's cast loses subnormals)
+        even = _bf16_bits(e2m1_values(packed & 0xF, scales, ROWS, HALF, 16))
+        odd = _bf16_bits(e2m1_values(packed >> 4, scales, ROWS, HALF, 16))
     else:
         # bf16 bits of 2^(s - 127): exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN), one per byte.
         s = scales.to(tl.uint16)
