@@ -102,12 +102,14 @@ for s in "$@"; do
         --variants '16x64x512 w4 s4 dp;16x32x512 w4 s4 dp;16x64x512 w4 s4 sk;16x32x512 w4 s4 sk;16x64x512 w8 s4 sk;16x64x512 w4 s3 dp'
       step mxdecode2 120 $PY scripts/sweep_mxfp4.py --programs-per-sm 2 --shapes 1x8192x8192,16x4096x14336 \
         --variants '16x64x512 w4 s2 sk;16x64x512 w4 s3 sk;16x64x256 w4 s3 sk' ;;
-    mxexpand) # MXFP4 at larger M: two passes (expand, then the dense GEMM) against the fused 256 x 128 kernel
-      step mxexpand 240 bash -c "
-      $PY scripts/sweep_mxfp4.py --expand on --variants '256x128x64 w8 s4 swap prefetch' \
-        --shapes 256x4096x4096,512x4096x4096,1024x4096x4096,2048x4096x4096,4096x4096x4096,1024x14336x4096,4096x14336x4096,8192x8192x8192;
-      $PY scripts/sweep_mxfp4.py --both --expand on --variants '256x128x64 w8 s4 swap prefetch' \
-        --shapes 1024x4096x4096,2048x4096x4096,4096x4096x4096,8192x8192x8192" ;;
+    mxexpand) # MXFP4 at larger M: two passes (expand, then the dense GEMM) against the fused kernel
+      step expand 100 $PY scripts/sweep_expand.py
+      shapes=128x4096x4096,256x4096x4096,512x4096x4096,1024x4096x4096,2048x4096x4096,256x14336x4096,1024x14336x4096
+      step mxexpand 300 bash -c "
+      for e in on off; do $PY scripts/sweep_mxfp4.py --expand \$e --variants '' --shapes $shapes; done;
+      $PY scripts/sweep_mxfp4.py --expand on --expand-blocks 128,256,8 --variants '' --shapes $shapes;
+      for e in on off; do $PY scripts/sweep_mxfp4.py --both --expand \$e --variants '' \
+        --shapes 256x4096x4096,1024x4096x4096,4096x4096x4096,1024x14336x4096; done" ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

@@ -36,7 +36,7 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
     """One row for the planner's plan (label `planned`) and one per variant: `run(kw)` calls the GEMM with the
     keyword arguments `kw` ({} for the planner, else config and schedule) and returns (rel err, ms per call)."""
     rows = []
-    for name in [planned, *variants.split(";")]:
+    for name in [planned, *(v for v in variants.split(";") if v.strip())]:
         row = {"shape": shape, "variant": name.strip()}
         try:
             if name is planned:

@@ -19,7 +19,7 @@ import smgemm._gemm
 from smgemm._device import device_spec
 from smgemm._gemm import gemm_mxfp4
 from smgemm.bench import _rel_err, _time_rotating, describe, environment
-from smgemm.plan import make_mx_plan
+from smgemm.plan import make_mx_plan, make_plan
 
 
 def main():
@@ -30,12 +30,15 @@ def main():
     p.add_argument("--num-sms", type=int, default=None)
     p.add_argument("--expand", choices=("auto", "on", "off"), default="auto",
                    help="the planner row's MXFP4 path: as planned, or forced to two passes (on) or fused (off)")
+    p.add_argument("--expand-blocks", default="", help="block_r,block_k,warps of the expansion pass")
     p.add_argument("--programs-per-sm", type=int, default=1,
                    help="experiment: plan persistent / Stream-K grids for a device with this many times its SMs "
                         "(several programs per SM; Stream-K then relies on them being resident together)")
     args = p.parse_args()
     print(environment())
     spec = device_spec(torch.device("cuda"))
+    if args.expand_blocks:
+        smgemm._gemm._EXPAND.update(zip(("block_r", "block_k", "warps"), map(int, args.expand_blocks.split(","))))
     if args.programs_per_sm > 1:
         spec = dataclasses.replace(spec, num_sms=spec.num_sms * args.programs_per_sm)
         smgemm._gemm.device_spec = lambda device: spec
@@ -59,7 +62,9 @@ def main():
             return _rel_err(fn(*ours[0]), ref), _time_rotating(fn, ours)
 
         plan = make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms)
-        label = describe(plan) + (" (planner)" if args.expand == "auto" else f" (planner, expand {args.expand})")
+        if args.expand == "on":
+            plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms)
+        label = ("expand + " if args.expand == "on" else "") + describe(plan) + f" (planner, expand {args.expand})"
         rows += sweep_shape(shape, 2 * m * n * k, label, args.variants, run,
                             _time_rotating(torch.matmul, peer))
         del sets, ours, peer

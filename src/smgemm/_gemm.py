@@ -459,19 +459,20 @@ def gemm_mxfp4(
     check_knobs(schedule, num_sms)
     out_dtype = resolve_out_dtype(dot_dtype, out_dtype)
     dense = [("a", a)] if isinstance(a, torch.Tensor) else [("a.data", a.data), ("a.scales", a.scales)]
-    c, out, has_c = _check_c_and_out(c, out, beta, m, n, out_dtype, device,
-                                      [*dense, ("w.data", w.data), ("w.scales", w.scales)])
+    operands = [*dense, ("w.data", w.data), ("w.scales", w.scales)]
+    if expand is None:
+        expand = config is None and m * n * k > 0 and mx_expands(m, n, k, isinstance(a, MXFP4Tensor))
+    if expand:  # two passes; `gemm` checks input and out (only an out that overlaps an MXFP4 operand is left)
+        if out is not None:
+            _check_c_and_out(c, out, beta, m, n, out_dtype, device, operands)
+        a_dense = expand_mxfp4(a, dot_dtype, num_sms) if isinstance(a, MXFP4Tensor) else a
+        return gemm(a_dense, expand_mxfp4(w, dot_dtype, num_sms).t(), c=c, alpha=alpha, beta=beta, out=out,
+                    out_dtype=out_dtype, schedule=schedule, num_sms=num_sms, config=config, smid_out=smid_out)
+    c, out, has_c = _check_c_and_out(c, out, beta, m, n, out_dtype, device, operands)
     if m == 0 or n == 0:
         return out
     if k == 0:
         return _empty_product(out, c if has_c else None, beta)
-    if expand is None:
-        expand = config is None and mx_expands(m, n, k, isinstance(a, MXFP4Tensor))
-    if expand:
-        a_dense = expand_mxfp4(a, dot_dtype, num_sms) if isinstance(a, MXFP4Tensor) else a
-        return gemm(a_dense, expand_mxfp4(w, dot_dtype, num_sms).t(), c=c if has_c else None, alpha=alpha,
-                    beta=beta, out=out, out_dtype=out.dtype, schedule=schedule, num_sms=num_sms, config=config,
-                    smid_out=smid_out)
     plan = make_mx_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
@@ -486,24 +487,36 @@ def gemm_mxfp4(
     return out
 
 
-_EXPAND_BLOCK_R, _EXPAND_BLOCK_K = 64, 256
+# The expansion kernel's blocks and warps (scripts/sweep_expand.py on the H200).
+_EXPAND = {"block_r": 64, "block_k": 256, "warps": 4}
 
 
-def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None) -> torch.Tensor:
+def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None, **blocks: int) -> torch.Tensor:
     """The values of a 2-D MXFP4Tensor as a new [rows, K] `dtype` tensor (bf16: exact; fp16: rounded once), computed
-    by at most `num_sms` programs (the GEMM's SM budget)."""
+    by at most `num_sms` programs (the GEMM's SM budget). `blocks` overrides `_EXPAND` (sweeps)."""
     from .kernels.mx_expand import mx_expand_kernel
 
+    opts = {**_EXPAND, **blocks}
     rows, k = t.shape
     out = _empty((rows, k), dtype, t.device)
-    block_k = min(_EXPAND_BLOCK_K, max(32, 1 << (k - 1).bit_length()))
-    tiles = -(-rows // _EXPAND_BLOCK_R) * -(-k // block_k)
+    block_k = min(opts["block_k"], max(32, 1 << (k - 1).bit_length()))
+    tiles = -(-rows // opts["block_r"]) * -(-k // block_k)
     grid = max(1, min(tiles, resolve_budget(num_sms, device_spec(t.device))))
-    other_device = t.device.type == "cuda" and t.device.index != torch.cuda.current_device()
-    with torch.cuda.device(t.device) if other_device else contextlib.nullcontext():
-        mx_expand_kernel[(grid,)](t.data, t.scales, out, rows, k, t.data.stride(0), t.scales.stride(0), out.stride(0),
-                                  grid, BLOCK_R=_EXPAND_BLOCK_R, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-                                  INTERPRETER=t.device.type == "cpu", FP16=dtype == torch.float16, num_warps=4)
+    args = (t.data, t.scales, out, rows, k, t.data.stride(0), t.scales.stride(0), out.stride(0), grid)
+    meta = dict(BLOCK_R=opts["block_r"], BLOCK_K=block_k, EVEN_K=k % block_k == 0,
+                INTERPRETER=t.device.type == "cpu", FP16=dtype == torch.float16)
+    if t.device.type != "cuda":
+        mx_expand_kernel[(grid,)](*args, **meta)
+        return out
+    key = ("expand", t.device.index, args[3:], *meta.values(), opts["warps"],
+           *(x.data_ptr() % 16 == 0 for x in args[:3]))
+    launcher = _LAUNCHERS.get(key)
+    with torch.cuda.device(t.device):
+        if launcher is None:  # first launch of this specialization: compile (and run) through Triton
+            compiled = mx_expand_kernel[(grid,)](*args, **meta, num_warps=opts["warps"])
+            _LAUNCHERS[key] = compiled[(grid, 1, 1)]
+        else:
+            launcher(*args, *meta.values(), stream=torch._C._cuda_getCurrentRawStream(t.device.index))
     return out
 
 

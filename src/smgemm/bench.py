@@ -95,7 +95,7 @@ def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: lis
 
     The GPU is kept busy with `fn` for 50 ms first: after a pause (a kernel compiling on the host) its clocks
     drop, and a short warm-up does not bring them back for small problems (measured on the H200: rows that
-    followed a compile read 2-3x slow). Batches of about 10 ms follow; a batch of short calls (under 200 us with
+    followed a compile read 2-3x slow). Batches of about 10 ms follow; a batch of short calls (under 1 ms with
     the host's share) starts behind a GPU sleep long enough for the host to queue all of it, so that host overhead
     (reported on its own by `host_overhead`) never leaves the GPU idle inside the timed span; longer calls keep
     the host ahead by themselves and run back to back at the clocks the power limit allows. (Until 2026-11-30 this
@@ -113,7 +113,7 @@ def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: lis
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(batches):
-        if per_call_s < 200e-6:  # the host may be the slower side: let it queue the batch during a GPU sleep
+        if per_call_s < 1e-3:  # the host may be the slower side: let it queue the batch during a GPU sleep
             torch.cuda._sleep(int(1.5 * n * per_call_s * 2e9))  # ~2 GHz
         start.record()
         for _ in range(n):
