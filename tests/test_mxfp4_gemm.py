@@ -62,8 +62,8 @@ def test_kernel_variants(swap, split, prefetch, both, device):
     assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
-@pytest.mark.parametrize("num_sms", [None, 2])
-def test_expansion_pass_is_exact(num_sms, device):
+@pytest.mark.parametrize("num_sms,blocks", [(None, {}), (2, {"block_r": 32, "block_k": 128})])
+def test_expansion_pass_is_exact(num_sms, blocks, device):
     """The two-pass path's expansion (kernels.mx_expand): every byte value under extreme and ordinary scales, rows
     and K not multiples of its blocks, bit for bit equal to `dequantize` (bf16), or its one rounding (fp16)."""
     rows, k = 70, 288  # 64-row blocks and 256-wide K blocks with tails; 9 scale groups per row
@@ -73,9 +73,9 @@ def test_expansion_pass_is_exact(num_sms, device):
     scales = torch.randint(100, 140, (rows, k // 32), dtype=torch.uint8, device=device)
     scales[:2, :4] = torch.tensor([0, 1, 254, 255], dtype=torch.uint8, device=device)
     w = MXFP4Tensor(data, scales)
-    got = expand_mxfp4(w, torch.bfloat16, num_sms)
+    got = expand_mxfp4(w, torch.bfloat16, num_sms, **blocks)  # small blocks: 3 x 3 tiles on 2 programs
     torch.testing.assert_close(got, w.dequantize(torch.bfloat16), rtol=0, atol=0, equal_nan=True)
-    got16 = expand_mxfp4(w, torch.float16, num_sms)
+    got16 = expand_mxfp4(w, torch.float16, num_sms, **blocks)
     torch.testing.assert_close(got16, w.dequantize(torch.float32).to(torch.float16), rtol=0, atol=0, equal_nan=True)
 
 

@@ -204,6 +204,7 @@ def test_mxfp4_decode_runs_one_program_per_tile_when_tiles_fill_the_device():
 
 def test_mxfp4_expands_operands_first_only_where_the_gemm_is_compute_bound():
     assert mx_expands(4096, 4096, 4096, a_mx=False) and mx_expands(8192, 8192, 8192, a_mx=True)
-    assert not mx_expands(16, 8192, 8192, a_mx=False) and not mx_expands(256, 4096, 4096, a_mx=False)
+    assert mx_expands(512, 14336, 4096, a_mx=False)
+    assert not mx_expands(16, 8192, 8192, a_mx=False) and not mx_expands(256, 14336, 4096, a_mx=False)
     # Expanding MXFP4 activations costs M x K: worth it only when N is large too.
     assert mx_expands(4096, 256, 4096, a_mx=False) and not mx_expands(4096, 256, 4096, a_mx=True)

@@ -313,17 +313,19 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
 
 
 # From this M on (and this N too when the activations are MXFP4) an MXFP4 GEMM expands its MXFP4 operands to bf16 in a
-# pass of their own and runs the dense Hopper path (`mx_expands`). Measured on the H200 (docs/performance.md, stop 13).
-_MX_EXPAND_MIN = 1024
+# pass of their own and runs the dense Hopper path (`mx_expands`). Measured on the H200 (docs/performance.md, stop 13):
+# two passes against the fused kernel, weight-only, 4096 x 4096 weight: M = 256 43 vs 44 us, 512 46 vs 59, 2048 104
+# vs 146; 14336 x 4096 weight: M = 256 112 vs 74, 1024 225 vs 260. Both operands MXFP4: 4096^3 211 vs 462 us.
+_MX_EXPAND_MIN = 512
 
 
 def mx_expands(m: int, n: int, k: int, a_mx: bool) -> bool:
     """Whether an MXFP4 GEMM runs in two passes: expand the MXFP4 operands to bf16 (fp16) copies, then the dense GEMM.
 
     On Hopper the fused kernel expands every weight tile once per row of output tiles, in the same warps that issue
-    the MMAs, and reached 0.56-0.67x of bf16 at M >= 4096 (stop 12). Expanding the weight once costs ~2.5 bytes per
-    weight element of memory traffic, i.e. about 250 / M of the dense GEMM's time: small once M is large. The fused
-    kernel keeps the shapes where bytes matter (decode, small M), where the copy would cost more than it saves.
+    the MMAs: 0.35-0.6x of bf16 from M = 512 on. Expanding the weight once moves ~2.5 bytes per weight element (at
+    ~3 TB/s), a cost that shrinks as 1 / M against the dense GEMM's time. The fused kernel keeps the shapes where
+    bytes matter (decode, small M), where the copy would cost more than it saves.
     """
     return m >= _MX_EXPAND_MIN and (not a_mx or n >= _MX_EXPAND_MIN)
 
