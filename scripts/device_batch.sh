@@ -8,6 +8,8 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/smgemm-out}
 mkdir -p "$OUT"
 PY=python3
+MX64="64x64x256 w4 s3 sk;64x128x256 w8 s3 sk;64x64x512 w4 s2 sk;64x64x256 w4 s3 dp;64x128x128 w4 s4 dp;64x64x128 w4 s4 sk"
+MX64="$MX64;32x64x256 w4 s4 sk;16x64x512 w4 s4 sk"
 
 step() {
   local name=$1 limit=$2
@@ -110,6 +112,9 @@ for s in "$@"; do
       $PY scripts/sweep_mxfp4.py --expand on --expand-blocks 128,256,8 --variants '' --shapes $shapes;
       for e in on off; do $PY scripts/sweep_mxfp4.py --both --expand \$e --variants '' \
         --shapes 256x4096x4096,1024x4096x4096,4096x4096x4096,1024x14336x4096; done" ;;
+    mx64) step mx64 150 $PY scripts/sweep_mxfp4.py --shapes 64x4096x4096,64x8192x8192,64x14336x4096 \
+            --variants "$MX64" ;;
+    host) step host 60 $PY scripts/host_overhead.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

@@ -39,6 +39,10 @@ def main():
     full = (*tensors, *ints, G._epoch(), *floats, *meta.values())
     rows.append({"call": "cached launcher alone", "us": per_call(lambda: launcher(*full, stream=stream))})
     rows.append({"call": "torch.matmul", "us": per_call(lambda: torch.matmul(a, b))})
+    w = smgemm.quantize_mxfp4(torch.randn(64, 64, device="cuda"))
+    rows.append({"call": "smgemm.linear, MXFP4 weight (fused)", "us": per_call(lambda: smgemm.linear(a, w))})
+    rows.append({"call": "gemm_mxfp4, two passes (expand=True)",
+                 "us": per_call(lambda: G.gemm_mxfp4(a, w, expand=True))})
     rows.append({"call": "torch.empty", "us": per_call(lambda: torch.empty(16, 64, device="cuda"))})
     print(_table(rows))
 
