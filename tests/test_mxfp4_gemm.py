@@ -99,8 +99,8 @@ def test_two_pass_path(both, dtype, device):
 
 
 def test_decode_shapes_and_default_plan(device):
-    x = randn((40, 512), torch.bfloat16, device)  # 16 < M <= 64: Stream-K over 64 x 128 x 256 tiles
-    w = _weight(200, 512, device)
+    x = randn((40, 2048), torch.bfloat16, device)  # 16 < M <= 64: Stream-K over 64 x 128 x 256 tiles
+    w = _weight(200, 2048, device)
     assert_gemm_close(smgemm.linear(x, w), x, w.dequantize(torch.float32).t())
     for m in (1, 16):
         x = randn((m, 128), torch.bfloat16, device)
