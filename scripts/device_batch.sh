@@ -115,6 +115,8 @@ for s in "$@"; do
     mx64) step mx64 150 $PY scripts/sweep_mxfp4.py --shapes 64x4096x4096,64x8192x8192,64x14336x4096 \
             --variants "$MX64" ;;
     host) step host 60 $PY scripts/host_overhead.py ;;
+    streamk2) step streamk2 200 $PY -m smgemm bench --suite streamk --dtype bf16,fp8 \
+               --schedules auto,streamk,data_parallel,persistent --num-sms '' --plot '' --no-overhead ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;
