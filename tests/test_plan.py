@@ -193,7 +193,9 @@ def test_mxfp4_decode_runs_one_program_per_tile_when_tiles_fill_the_device():
     # At least one 16 x 64 tile per SM: data-parallel (two decode programs fit an SM, no fixup).
     plan = make_mx_plan(16, 14336, 4096, torch.bfloat16, H200)
     assert (plan.schedule, plan.num_programs, plan.num_tiles) == ("data_parallel", 224, 224)
-    assert make_mx_plan(1, 28672, 4096, torch.bfloat16, H200, num_sms=132).num_programs == 448
+    assert make_mx_plan(1, 28672, 4096, torch.bfloat16, H200).num_programs == 448
+    # Any budget, even every SM, caps the grid: num_sms is the most programs a GEMM launches.
+    assert make_mx_plan(1, 28672, 4096, torch.bfloat16, H200, num_sms=132).num_programs <= 132
     # Fewer tiles than SMs: Stream-K splits them.
     assert make_mx_plan(16, 4096, 4096, torch.bfloat16, H200).schedule == "streamk"
     # A budget below the device's, an explicit schedule or config: the grid stays within the budget as always.

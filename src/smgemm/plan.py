@@ -349,17 +349,17 @@ def make_mx_plan(
     is given, and one more measured rule for `auto`:
 
     * 16 < M <= 64: Stream-K over mx_config's 64 x 128 tiles (the configuration was measured split);
-    * decode (M <= 16) on the whole device with at least one 16 x 64 tile per SM: data-parallel, one program per
+    * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per
       tile. The decode tile's shared memory lets two programs share an SM, so up to 2 x SMs tiles run at once with
       no Stream-K fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan (docs/performance.md,
-      stop 13). With fewer tiles than SMs Stream-K still splits them.
+      stop 13). With fewer tiles than SMs Stream-K still splits them; with a budget (even one of every SM) the grid
+      stays within it, as for every GEMM.
     """
     if config is None:
         config = mx_config(m, n, k)
-        full_device = resolve_budget(num_sms, spec) == spec.num_sms
-        if (schedule == "auto" and config is not None and m <= 16 and full_device
+        if (schedule == "auto" and num_sms is None and config is not None and m <= 16
                 and math.ceil(n / config.block_n) >= spec.num_sms):
-            schedule, num_sms = "data_parallel", None  # the whole device either way: num_sms covers every SM
+            schedule = "data_parallel"  # no budget given: one program per tile, like a data-parallel launch
         elif schedule == "auto" and 16 < m <= 64:
             schedule = "streamk"  # as measured with mx_config's 64 x 128 tiles (persistent where nothing splits)
     return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
