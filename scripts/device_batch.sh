@@ -10,6 +10,8 @@ mkdir -p "$OUT"
 PY=python3
 MX64="64x64x256 w4 s3 sk;64x128x256 w8 s3 sk;64x64x512 w4 s2 sk;64x64x256 w4 s3 dp;64x128x128 w4 s4 dp;64x64x128 w4 s4 sk"
 MX64="$MX64;32x64x256 w4 s4 sk;16x64x512 w4 s4 sk"
+FEWTILE="64x64x64 w4 s4 sk;64x128x64 w4 s4 sk;128x64x64 w4 s4 sk;128x128x64 w8 s4 tma sk;128x128x128 w8 s3 tma sk"
+FEWTILE="$FEWTILE;128x256x64 w8 s3 tma sk;64x64x128 w4 s4 sk;128x128x64 w4 s4 sk;64x128x128 w4 s4 sk"
 
 step() {
   local name=$1 limit=$2
@@ -117,6 +119,8 @@ for s in "$@"; do
     host) step host 60 $PY scripts/host_overhead.py ;;
     streamk2) step streamk2 200 $PY -m smgemm bench --suite streamk --dtype bf16,fp8 \
                --schedules auto,streamk,data_parallel,persistent --num-sms '' --plot '' --no-overhead ;;
+    fewtile) step fewtile 200 $PY scripts/sweep_configs.py --shapes 256x1024x16384,512x512x32768,1024x1024x16384 \
+               --variants "$FEWTILE" ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

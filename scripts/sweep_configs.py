@@ -10,11 +10,10 @@ elements; tma = TMA loads + TMA store + flattened loop; default schedule pers; M
 import argparse
 
 import torch
-from triton.testing import do_bench
 
 from smgemm._device import device_spec
 from smgemm._gemm import gemm
-from smgemm.bench import DTYPES, _table, describe
+from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating, describe
 from smgemm.plan import TileConfig, make_plan
 
 SCHEDULES = {"pers": "persistent", "sk": "streamk", "dp": "data_parallel"}
@@ -77,15 +76,14 @@ def main():
     rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
-        a = torch.randn(m, k, device="cuda").to(dtype)
-        b = torch.randn(n, k, device="cuda").to(dtype).t()
+        sets = _operands(m, n, k, dtype, _copies_for(m, n, k, dtype))  # rotated: neither side runs from L2
+        a, b = sets[0]
         ref = a.float() @ b.float()
-        t_torch = do_bench(lambda a=a, b=b: torch.matmul(a, b), return_mode="median") if dtype != DTYPES["fp8"] else 0
+        t_torch = _time_rotating(torch.matmul, sets) if dtype != DTYPES["fp8"] else 0
 
-        def run(kw, a=a, b=b, ref=ref):
-            fn = lambda: gemm(a, b, num_sms=args.num_sms, **kw)
-            return ((fn().float() - ref).norm() / ref.norm()).item(), do_bench(fn, warmup=10, rep=50,
-                                                                               return_mode="median")
+        def run(kw, a=a, b=b, ref=ref, sets=sets):
+            fn = lambda x, y: gemm(x, y, num_sms=args.num_sms, **kw)
+            return ((fn(a, b).float() - ref).norm() / ref.norm()).item(), _time_rotating(fn, sets)
 
         planned = describe(make_plan(m, n, k, dtype, spec, num_sms=args.num_sms)) + " (planner)"
         rows += sweep_shape(shape, 2 * m * n * k, planned, args.variants, run, t_torch)
