@@ -346,7 +346,7 @@ def make_mx_plan(
     config: TileConfig | None = None,
 ) -> Plan:
     """`make_plan` for an MXFP4 GEMM (`dtype`: the dtype its dot runs in): the tile of `mx_config` unless `config`
-    is given, and one more measured rule for `auto`:
+    is given, and two more measured rules for `auto`:
 
     * 16 < M <= 64: Stream-K over mx_config's 64 x 128 tiles (the configuration was measured split);
     * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per
