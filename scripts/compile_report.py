@@ -44,7 +44,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
             "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1}
     consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=True, HAS_C=has_c,
                   HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=False,
-                  STREAMK=streamk, FIXUP_N=min(64, tile[1]), RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
+                  STREAMK=streamk, FIXUP_N=min(64, tile[1], 1024 * warps // tile[0]), FLAG_LANES=32 * warps,
+                  RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
                   A_DESC=0 if a_mx or not tma else 1 if layout[0] == "n" else 2,
                   B_DESC=0 if b_mx or not tma else 1 if layout[1] == "n" else 2, FLATTEN=flatten,
                   D_DESC=tma_store, MX_SPLIT=mx_split, MX_SWAP=mx_swap,

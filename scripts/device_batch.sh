@@ -121,6 +121,7 @@ for s in "$@"; do
                --schedules auto,streamk,data_parallel,persistent --num-sms '' --plot '' --no-overhead ;;
     fewtile) step fewtile 200 $PY scripts/sweep_configs.py --shapes 256x1024x16384,512x512x32768,1024x1024x16384 \
                --variants "$FEWTILE" ;;
+    sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

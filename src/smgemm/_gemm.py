@@ -380,12 +380,19 @@ def _static_args(plan: Plan, ops: _Operands, stride_sa: int, stride_sb: int, use
         HAS_SCALE_A=scale_a is not None, HAS_SCALE_B=scale_b is not None,
         INTERPRETER=a.device.type == "cpu",
         INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
-        STREAMK=plan.sk_tiles > 0, FIXUP_N=min(64, cfg.block_n), RECORD_SMID=smid_out is not None,
+        STREAMK=plan.sk_tiles > 0, FIXUP_N=fixup_columns(cfg), FLAG_LANES=32 * cfg.num_warps,
+        RECORD_SMID=smid_out is not None,
         A_MX=a_mx, B_MX=b_mx, MX_FP16=b_mx and not a_mx and a.dtype == torch.float16, A_DESC=a_mode, B_DESC=b_mode,
         FLATTEN=cfg.flatten, D_DESC=d_mode == 1, MX_SPLIT=b_mx and cfg.mx_split, MX_SWAP=b_mx and cfg.mx_swap,
         MX_PREFETCH=b_mx and cfg.mx_prefetch and not cfg.mx_split,
     )
     return ints, meta
+
+
+def fixup_columns(cfg: TileConfig) -> int:
+    """Columns of a split tile that a Stream-K finisher reduces at a time: at most 32 fp32 values per thread per
+    partial, so that the partials it loads together (kernels.gemm._FIXUP_UNROLL) fit in registers."""
+    return min(cfg.block_n, 64, 1024 * cfg.num_warps // cfg.block_m)
 
 
 def _tma_mode(t: torch.Tensor) -> int:

@@ -10,6 +10,8 @@ import triton.language as tl
 
 from .common import epilogue, k_loop, smid, tile_coords
 
+_FIXUP_UNROLL: tl.constexpr = tl.constexpr(4)  # partial tiles a Stream-K finisher loads at once
+
 
 @triton.jit
 def _first_owner(it, base, extra):
@@ -28,7 +30,7 @@ def gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
-    STREAMK: tl.constexpr, FIXUP_N: tl.constexpr, RECORD_SMID: tl.constexpr,
+    STREAMK: tl.constexpr, FIXUP_N: tl.constexpr, FLAG_LANES: tl.constexpr, RECORD_SMID: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
     FLATTEN: tl.constexpr, D_DESC: tl.constexpr, MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr,
     MX_PREFETCH: tl.constexpr,
@@ -118,15 +120,23 @@ def gemm_kernel(
                 first = _first_owner(tile_start, base, extra)
                 p_own = ws_ptr + (num_programs + tile) * tile_elems
                 tl.store(p_own + offs_tile, acc, cache_modifier=".cg")
-                for p in range(first, pid):
-                    while tl.atomic_cas(p_flags + p, epoch, epoch * 0, sem="acquire", scope="gpu") != epoch:
-                        pass
-                tl.debug_barrier()  # this program's own stores are visible to all of its threads
+                # Wait for the lower sharers' flags all at once, one per thread (FLAG_LANES = the program's threads,
+                # so no flag is handled twice): each acquires and resets its flag, until every one held `epoch`.
+                for lane0 in range(first, pid, FLAG_LANES):
+                    lanes = lane0 + tl.arange(0, FLAG_LANES)
+                    pending = lanes < pid
+                    while tl.max(pending.to(tl.int32), axis=0) > 0:
+                        seen = tl.atomic_xchg(p_flags + lanes, epoch * 0, mask=pending, sem="acquire", scope="gpu")
+                        pending = pending & (seen != epoch)
+                tl.debug_barrier()  # every flag acquired, and this program's own stores visible to all its threads
                 for j in tl.static_range(BLOCK_N // FIXUP_N):
                     offs = j * FIXUP_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, FIXUP_N)[None, :]
                     part = tl.load(ws_ptr + first * tile_elems + offs, cache_modifier=".cg")
-                    for p in range(first + 1, pid):
-                        part += tl.load(ws_ptr + p * tile_elems + offs, cache_modifier=".cg")
+                    # In program order, _FIXUP_UNROLL partials per step so that their loads are in flight together.
+                    for p in range(first + 1, pid, _FIXUP_UNROLL):
+                        for u in tl.static_range(_FIXUP_UNROLL):
+                            part += tl.load(ws_ptr + (p + u) * tile_elems + offs, mask=p + u < pid, other=0.0,
+                                            cache_modifier=".cg")
                     part += tl.load(p_own + offs, cache_modifier=".cg")
                     epilogue(
                         part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_ptr, d_desc, stride_dm, stride_dn,
