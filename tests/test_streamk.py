@@ -39,6 +39,28 @@ def test_one_tile_split_over_programs(programs, k, device):
     assert_gemm_close(out, a, b, alpha=0.5, beta=2.0, c=bias)
 
 
+def test_a_tile_shared_by_more_programs_than_the_finisher_has_threads(device, monkeypatch):
+    # One 16 x 16 tile of 70 K-iterations over 35 programs (2 each), with 1 warp: the finisher acquires 34 flags,
+    # more than its 32 threads take at once (kernels.gemm: FLAG_LANES), and sums 35 partials four at a time.
+    seen = []
+
+    def garbage_workspace(plan, dev):
+        seen.append(torch.randn(plan.workspace_numel, dtype=torch.float32, device=dev))
+        return seen[-1]
+
+    monkeypatch.setattr(smgemm._gemm, "_workspace", garbage_workspace)
+    cfg = TileConfig(16, 16, 16, num_warps=1, num_stages=2)
+    a, b = Case(16, 16, 70 * 16, "fp16", "nt").operands(device)
+    bias = torch.randn(16, device=device)
+    plan = _plan(a, b, 40, cfg)
+    assert (plan.schedule, plan.sk_tiles, plan.num_programs) == ("streamk", 1, 35)
+    out = gemm(a, b, c=bias, schedule="streamk", num_sms=40, config=cfg)
+    assert_gemm_close(out, a, b, beta=1.0, c=bias)
+    assert torch.equal(out, gemm(a, b, c=bias, schedule="streamk", num_sms=40, config=cfg))
+    flags = seen[-1][(plan.num_programs + plan.sk_tiles) * 16 * 16:].view(torch.int64)
+    assert (flags[:34] == 0).all(), "every published flag, in both chunks of lanes, read and reset by the finisher"
+
+
 def test_full_waves_then_split_tiles_with_edges(device):
     # 7 x 5 = 35 tiles on 4 programs: 32 whole tiles (8 waves), then 3 tiles x 5 K-iterations over 4 programs.
     # M, N and K are not multiples of the tile.
