@@ -13,7 +13,7 @@ import smgemm
 from reference import assert_gemm_close, randn
 from smgemm._gemm import expand_mxfp4, gemm_mxfp4
 from smgemm.mxfp4 import MXFP4Tensor, quantize_mxfp4
-from smgemm.plan import TileConfig
+from smgemm.plan import TileConfig, mx_expands
 
 SMALL = TileConfig(16, 32, 64, num_warps=4, num_stages=2)
 
@@ -154,6 +154,37 @@ def test_every_code_and_scale_is_exact_on_gpu(config):
     torch.testing.assert_close(out[:, :len(finite)], ref[:, :len(finite)], rtol=0, atol=0)
     # Scales 2^126, 2^127 overflow some values to inf (and 0 * inf makes the whole column NaN); 255 is NaN.
     assert not out[:, len(finite):].isfinite().any() and not ref[:, len(finite):].isfinite().all(dim=0).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("both", [False, True])
+def test_two_pass_path_under_cuda_graphs_and_compile(both):
+    """The default plan for M >= 512 (two passes): graph replays and torch.compile give the eager result bitwise,
+    with the expansion's copies allocated inside the capture."""
+    m, n, k = 640, 768, 512
+    assert mx_expands(m, n, k, both)
+    x = randn((m, k), torch.bfloat16, "cuda")
+    act = quantize_mxfp4(x.float()) if both else x
+    w = _weight(n, k, "cuda")
+    bias = randn((n,), torch.bfloat16, "cuda")
+    eager = smgemm.linear(act, w, bias)
+    assert_gemm_close(eager, act.dequantize(torch.float32) if both else x, w.dequantize(torch.float32).t(),
+                      beta=1.0, c=bias)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up outside the capture
+        smgemm.linear(act, w, bias)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = smgemm.linear(act, w, bias)
+    for _ in range(20):
+        captured.fill_(float("nan"))
+        graph.replay()
+        assert torch.equal(captured, eager)
+    if not both:  # MXFP4 activations are a dataclass of tensors: compile the weight-only form
+        compiled = torch.compile(lambda t: smgemm.linear(t, w, bias), fullgraph=True)
+        assert torch.equal(compiled(x), eager)
 
 
 def test_errors(device):
