@@ -28,7 +28,9 @@ import triton.backends.nvidia as nvidia
 from triton.backends.compiler import GPUTarget
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+from smgemm._gemm import fixup_columns
 from smgemm.kernels.gemm import gemm_kernel
+from smgemm.plan import TileConfig
 
 _POINTERS = {"d_ptr": "*bf16", "c_ptr": "*fp32", "sa_ptr": "*fp32", "sb_ptr": "*fp32", "mxa_ptr": "*u8",
              "mxb_ptr": "*u8", "ws_ptr": "*fp32", "smid_ptr": "*i32"}
@@ -44,7 +46,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
             "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1}
     consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=True, HAS_C=has_c,
                   HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=False,
-                  STREAMK=streamk, FIXUP_N=min(64, tile[1], 1024 * warps // tile[0]), FLAG_LANES=32 * warps,
+                  STREAMK=streamk, FIXUP_N=fixup_columns(TileConfig(*tile, num_warps=warps)), FLAG_LANES=32 * warps,
                   RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
                   A_DESC=0 if a_mx or not tma else 1 if layout[0] == "n" else 2,
                   B_DESC=0 if b_mx or not tma else 1 if layout[1] == "n" else 2, FLATTEN=flatten,
