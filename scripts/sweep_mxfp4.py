@@ -18,8 +18,8 @@ import smgemm
 import smgemm._gemm
 from smgemm._device import device_spec
 from smgemm._gemm import gemm_mxfp4
-from smgemm.bench import _rel_err, _time_rotating, describe, environment
-from smgemm.plan import make_mx_plan, make_plan
+from smgemm.bench import _rel_err, _time_rotating, describe_mx, environment
+from smgemm.plan import mx_expands
 
 
 def main():
@@ -61,10 +61,8 @@ def main():
             fn = lambda act, weight: gemm_mxfp4(act, weight, num_sms=args.num_sms, **kw)
             return _rel_err(fn(*ours[0]), ref), _time_rotating(fn, ours)
 
-        plan = make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms)
-        if args.expand == "on":
-            plan = make_plan(m, n, k, torch.bfloat16, spec, num_sms=args.num_sms)
-        label = ("expand + " if args.expand == "on" else "") + describe(plan) + f" (planner, expand {args.expand})"
+        expand = {"on": True, "off": False}.get(args.expand, mx_expands(m, n, k, args.both))
+        label = describe_mx(m, n, k, spec, expand, args.num_sms) + f" (planner, expand {args.expand})"
         rows += sweep_shape(shape, 2 * m * n * k, label, args.variants, run,
                             _time_rotating(torch.matmul, peer))
         del sets, ours, peer

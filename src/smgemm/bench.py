@@ -205,6 +205,15 @@ def describe(plan) -> str:
             f"{flags} grid {plan.num_programs}{split}")
 
 
+def describe_mx(m: int, n: int, k: int, spec, expand: bool, num_sms: int | None = None) -> str:
+    """An MXFP4 GEMM's plan in a table cell: the fused kernel's, or "expand + " the dense GEMM's (two passes)."""
+    from smgemm.plan import make_mx_plan, make_plan
+
+    if expand:
+        return "expand + " + describe(make_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms))
+    return describe(make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms))
+
+
 def bench_full_chip(
     shapes: list[tuple[int, int, int]], dtype: torch.dtype, schedules: list[str]
 ) -> list[dict[str, object]]:
@@ -331,7 +340,7 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
     dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies)."""
     import smgemm
     from smgemm._device import device_spec
-    from smgemm.plan import make_mx_plan, mx_expands
+    from smgemm.plan import mx_expands
 
     spec = device_spec(torch.device("cuda"))
 
@@ -350,10 +359,7 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
         err = _rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
         t_ours = _time_rotating(lambda a, w: smgemm.linear(a, w), ours)
         t_peer = _time_rotating(torch.matmul, peer)
-        if mx_expands(m, n, k, both):  # two passes: the expansion, then the dense plan
-            plan_text = "expand + " + describe(smgemm.make_plan(m, n, k, torch.bfloat16, spec))
-        else:
-            plan_text = describe(make_mx_plan(m, n, k, torch.bfloat16, spec))
+        plan_text = describe_mx(m, n, k, spec, mx_expands(m, n, k, both))
         row = {"M": m, "N": n, "K": k, "operands": "both MXFP4" if both else "MXFP4 weight",
                "smgemm us": t_ours * 1e3, "torch bf16 us": t_peer * 1e3, "speed-up": t_peer / t_ours}
         if m <= 64:  # decode: kernel time from CUDA graphs (as serving engines run decode), host overhead excluded
