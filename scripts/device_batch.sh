@@ -12,6 +12,7 @@ MX64="64x64x256 w4 s3 sk;64x128x256 w8 s3 sk;64x64x512 w4 s2 sk;64x64x256 w4 s3 
 MX64="$MX64;32x64x256 w4 s4 sk;16x64x512 w4 s4 sk"
 FEWTILE="64x64x64 w4 s4 sk;64x128x64 w4 s4 sk;128x64x64 w4 s4 sk;128x128x64 w8 s4 tma sk;128x128x128 w8 s3 tma sk"
 FEWTILE="$FEWTILE;128x256x64 w8 s3 tma sk;64x64x128 w4 s4 sk;128x128x64 w4 s4 sk;64x128x128 w4 s4 sk"
+FIXUP="128x128x64 w8 s4 tma sk;128x256x64 w8 s3 tma sk;128x64x128 w4 s4 sk;64x128x64 w4 s4 sk"
 
 step() {
   local name=$1 limit=$2
@@ -121,6 +122,9 @@ for s in "$@"; do
                --schedules auto,streamk,data_parallel,persistent --num-sms '' --plot '' --no-overhead ;;
     fewtile) step fewtile 200 $PY scripts/sweep_configs.py --shapes 256x1024x16384,512x512x32768,1024x1024x16384 \
                --variants "$FEWTILE" ;;
+    fixup) step fixup 240 bash -c "which ncu nsys; ls /usr/local/cuda/bin 2>/dev/null | tr '\\n' ' '; echo;
+             $PY scripts/probe_fixup.py --l2 --shapes 512x512x32768,1024x1024x16384,128x6144x4096,128x10240x8192 \
+               --variants '$FIXUP'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

@@ -518,13 +518,8 @@ def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None,
         return out
     key = ("expand", t.device.index, args[3:], *meta.values(), opts["warps"],
            *(x.data_ptr() % 16 == 0 for x in args[:3]))
-    launcher = _LAUNCHERS.get(key)
     with torch.cuda.device(t.device):
-        if launcher is None:  # first launch of this specialization: compile (and run) through Triton
-            compiled = mx_expand_kernel[(grid,)](*args, **meta, num_warps=opts["warps"])
-            _LAUNCHERS[key] = compiled[(grid, 1, 1)]
-        else:
-            launcher(*args, *meta.values(), stream=torch._C._cuda_getCurrentRawStream(t.device.index))
+        _run_cached(mx_expand_kernel, grid, args, meta, t.device.index, key, num_warps=opts["warps"])
     return out
 
 
@@ -555,6 +550,20 @@ def _epoch() -> int:
 _LAUNCHERS: dict[tuple, object] = {}
 
 
+def _run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, key: tuple | None, launcher=None,
+                **compile_opts):
+    """Launch `kernel` on the current stream through the cached launcher of `key` (or the `launcher` given); the
+    first launch of a key compiles (and runs) through Triton and caches the launcher. Returns the launcher."""
+    if launcher is None:
+        launcher = _LAUNCHERS.get(key)
+    if launcher is None:
+        compiled = kernel[(grid,)](*args, **meta, **compile_opts)
+        launcher = _LAUNCHERS[key] = compiled[(grid, 1, 1)]
+    else:
+        launcher(*args, *meta.values(), stream=torch._C._cuda_getCurrentRawStream(device_index))
+    return launcher
+
+
 def _launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher=None):
     """Launch gemm_kernel on the tensors' device; returns the compiled kernel's launcher (None in the interpreter),
     which a caller may pass back for a launch with the same ints, meta, dtypes and alignment."""
@@ -583,17 +592,10 @@ def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, fl
     # other Triton users' allocator (or none) is left as it was.
     token = _allocation._allocator.set(_scratch)
     try:
-        if launcher is None:
-            key = (device.index, plan, *meta.values(), ints,
-                   tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
-            launcher = _LAUNCHERS.get(key)
-            if launcher is None:  # first launch of this specialization: compile (and run) through Triton
-                compiled = gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta,
-                                                num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
-                _LAUNCHERS[key] = compiled[(grid, 1, 1)]
-                return _LAUNCHERS[key]
-        stream = torch._C._cuda_getCurrentRawStream(device.index)
-        launcher(*tensors, *ints, _epoch(), *floats, *meta.values(), stream=stream)
-        return launcher
+        key = None if launcher is not None else (
+            device.index, plan, *meta.values(), ints,
+            tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
+        return _run_cached(gemm_kernel, grid, (*tensors, *ints, _epoch(), *floats), meta, device.index, key,
+                           launcher, num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
     finally:
         _allocation._allocator.reset(token)
