@@ -125,6 +125,10 @@ for s in "$@"; do
     fixup) step fixup 240 bash -c "which ncu nsys; ls /usr/local/cuda/bin 2>/dev/null | tr '\\n' ' '; echo;
              $PY scripts/probe_fixup.py --l2 --shapes 512x512x32768,1024x1024x16384,128x6144x4096,128x10240x8192 \
                --variants '$FIXUP'" ;;
+    ncu) step ncu 200 ncu --profile-from-start off --clock-control none --section SpeedOfLight --section LaunchStats \
+           --section MemoryWorkloadAnalysis --metrics lts__t_bytes.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+           $PY scripts/profile_shapes.py --shapes "${PROFILE_SHAPES:-512x512x32768,1024x1024x16384,128x6144x4096,\
+128x10240x8192,1024x1024x1024}" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

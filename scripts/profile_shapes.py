@@ -1,0 +1,46 @@
+"""One launch of torch.matmul and one of smgemm.matmul per shape, between cudaProfilerStart/Stop, for Nsight
+Compute (GPU). Compilation and warm-up happen outside the profiled range.
+
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight --section LaunchStats \\
+        python scripts/profile_shapes.py --shapes 512x512x32768,128x6144x4096
+"""
+
+import argparse
+
+import torch
+
+import smgemm
+from smgemm.bench import DTYPES
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--shapes", required=True, help="comma list of MxNxK")
+    p.add_argument("--schedule", default=None)
+    args = p.parse_args()
+    dtype = DTYPES[args.dtype]
+    calls = []
+    for shape in args.shapes.split(","):
+        m, n, k = (int(v) for v in shape.split("x"))
+        a = torch.randn(m, k, device="cuda").to(dtype)
+        b = torch.randn(n, k, device="cuda").to(dtype).t()
+        calls.append((shape, "torch", lambda a=a, b=b: torch.matmul(a, b)))
+        calls.append((shape, "smgemm", lambda a=a, b=b: smgemm.matmul(a, b, schedule=args.schedule)))
+    for _, _, fn in calls:  # compile, plan, warm up
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for shape, who, fn in calls:
+        torch.cuda.nvtx.range_push(f"{who} {shape}")
+        fn()
+        torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    for i, (shape, who, _) in enumerate(calls):
+        print(f"launch {i}: {who} {shape}")
+
+
+if __name__ == "__main__":
+    main()
