@@ -13,6 +13,7 @@ MX64="$MX64;32x64x256 w4 s4 sk;16x64x512 w4 s4 sk"
 FEWTILE="64x64x64 w4 s4 sk;64x128x64 w4 s4 sk;128x64x64 w4 s4 sk;128x128x64 w8 s4 tma sk;128x128x128 w8 s3 tma sk"
 FEWTILE="$FEWTILE;128x256x64 w8 s3 tma sk;64x64x128 w4 s4 sk;128x128x64 w4 s4 sk;64x128x128 w4 s4 sk"
 FIXUP="128x128x64 w8 s4 tma sk;128x256x64 w8 s3 tma sk;128x64x128 w4 s4 sk;64x128x64 w4 s4 sk"
+ALIGN="128x128x64 w8 s4 tma sk;128x64x64 w4 s4 sk;64x128x64 w4 s4 sk;128x64x64 w4 s6 tma sk;128x128x64 w4 s4 sk"
 
 step() {
   local name=$1 limit=$2
@@ -129,6 +130,9 @@ for s in "$@"; do
            --section MemoryWorkloadAnalysis --metrics lts__t_bytes.sum,dram__bytes_read.sum,dram__bytes_write.sum \
            $PY scripts/profile_shapes.py --shapes "${PROFILE_SHAPES:-512x512x32768,1024x1024x16384,128x6144x4096,\
 128x10240x8192,1024x1024x1024}" ;;
+    align) step align 240 bash -c "for n in 132 128; do echo num_sms \$n;
+             $PY scripts/sweep_configs.py --num-sms \$n --shapes 512x512x32768,1024x1024x16384,256x1024x16384 \
+               --variants '$ALIGN'; done" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
