@@ -18,6 +18,7 @@ from smgemm.plan import (
     make_plan,
     mx_config,
     mx_expands,
+    streamk_split,
 )
 
 H200 = dataclasses.replace(INTERPRETER_SPEC, name="fake H200", interpreted=False)
@@ -87,8 +88,24 @@ def test_auto_picks_streamk_where_tile_quantization_wastes_the_chip(num_sms):
     # Few tiles and a long K loop: 8 tiles of 128 x 256 would leave most SMs idle; Stream-K splits their
     # K-iterations over every SM of the budget.
     plan = make_plan(512, 512, 32768, torch.bfloat16, H200, num_sms=num_sms)
-    assert plan.schedule == "streamk"
-    assert plan.num_programs == (num_sms or 132) and plan.dp_tiles == 0
+    assert plan.schedule == "streamk" and plan.dp_tiles == 0
+    budget = num_sms or 132
+    # A grid aligned to the tiles (each program one equal part of one tile's K-loop) within 10% of the budget.
+    assert 0.9 * budget <= plan.num_programs <= budget
+    assert plan.num_programs % plan.num_tiles == 0 and plan.k_iters % (plan.num_programs // plan.num_tiles) == 0
+
+
+@pytest.mark.parametrize(("tiles", "k_iters", "budget", "programs"), [
+    (16, 512, 132, 128),  # 8 parts of 64 iterations
+    (64, 256, 132, 128),  # 2 parts
+    (16, 512, 66, 64),
+    (24, 256, 132, 132),  # 5 parts would not divide 256 and 4 parts use 96 < 0.9 * 132 SMs: even split over all
+    (16, 100, 132, 132),  # 8 parts do not divide 100 and 5 parts use 80 SMs
+    (10, 126, 100, 90),  # 9 parts of 14
+    (3, 4, 132, 6),  # no aligned grid near 132; the even split shrinks to _SK_MIN_ITERS iterations a program
+])
+def test_streamk_grid_aligned_to_tiles(tiles, k_iters, budget, programs):
+    assert streamk_split(tiles, k_iters, budget) == (0, programs)
 
 
 @pytest.mark.parametrize("n", [6144, 10240, 28672])

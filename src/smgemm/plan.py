@@ -23,10 +23,13 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   iterations instead of k_iters. The fixup adds `_SK_FIXUP_BASE` plus, per program sharing a split tile,
   `_SK_FIXUP_PER_SHARER` scaled by the partial tile's size (publishing / reading it through the workspace and
   waiting for it; fitted on the H200, docs/performance.md). Splits thinner than `_SK_MIN_ITERS` iterations per
-  program are not considered: they stay data-parallel (persistent). Split tiles advance through K out of step,
-  so an operand panel that several of them share is fetched from device memory once per tile unless that
-  operand's split region fits in L2. `auto` takes Stream-K only when it is predicted `1 - _SK_MARGIN` faster
-  (the model's accuracy: within a few percent either way is a tie, and the persistent loop has no fixup risk);
+  program are not considered: they stay data-parallel (persistent). With fewer tiles than SMs the grid is a
+  multiple of the tiles where that keeps >= 90% of the budget (`_aligned_programs`): every program then holds
+  one equal part of one tile's K-loop, in step with the same part of the other tiles. Otherwise split tiles
+  advance through K out of step, so an operand panel that several of them share is fetched from device memory
+  once per tile unless that operand's split region fits in L2. `auto` takes Stream-K only when it is predicted
+  `1 - _SK_MARGIN` faster (the model's accuracy: within a few percent either way is a tie, and the persistent
+  loop has no fixup risk);
 * the cheapest (tile, schedule) wins (ties go to the larger tile); the pipeline depth is the most stages of
   (BM + BN) * BK operand bytes that fit in shared memory, at most 4 (3 for the largest tile, whose fp32
   epilogue scratch also needs room);
@@ -78,6 +81,9 @@ _SK_MIN_ITERS = 2  # fewest K-iterations per Stream-K program; thinner splits ru
 _SK_FIXUP_BASE = 4.0  # 3.0 until stop 13: 128 x 4096 x 8192 then split where 64 x 64 persistent tiles ran 9% faster
 _SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
 _SK_MARGIN = 0.97
+# Fewest programs, as a fraction of the budget, that an aligned Stream-K grid may use (`_aligned_programs`): the
+# split that drifts across tiles measured 8-16% slower on 16-64 tiles, so giving up 10% of the SMs still pays.
+_SK_ALIGN_FILL = 0.9
 _HBM_BYTES_PER_ITER = 3.4e6  # device-memory bytes the chip streams in one reference iteration (~4 TB/s x 0.85 us)
 # Operand bytes one SM loads in one reference iteration with a 16-row (decode) tile: ~30 GB/s, measured on the H200
 # (docs/performance.md), so the program that streams the most bytes bounds the GEMM. Larger tiles load faster
@@ -181,9 +187,25 @@ def streamk_split(num_tiles: int, k_iters: int, budget: int) -> tuple[int, int] 
         return None  # every wave is full: nothing to balance
     sk_iters = rem * k_iters
     programs = budget if full_waves else min(budget, sk_iters // _SK_MIN_ITERS)
+    if not full_waves:
+        programs = _aligned_programs(num_tiles, k_iters, budget) or programs
     if programs <= rem or sk_iters < programs * _SK_MIN_ITERS:
         return None  # a split this thin (or none at all) only adds fixup work
     return full_waves * budget, programs
+
+
+def _aligned_programs(num_tiles: int, k_iters: int, budget: int) -> int | None:
+    """A Stream-K grid of `num_tiles * s` programs, s >= 2 dividing k_iters, that fills >= _SK_ALIGN_FILL of the
+    budget; None if there is none. Each program then takes one 1/s of one tile's K-loop, and the programs holding
+    the same part of different tiles walk the same K range at the same time, so the operand panels those tiles
+    share are read from device memory once, while they sit in L2 (on the H200, 8-16% faster than an even split
+    over all 132 SMs whose ranges drift across tiles, docs/performance.md)."""
+    for s in range(budget // num_tiles, 1, -1):
+        if num_tiles * s < _SK_ALIGN_FILL * budget:
+            return None
+        if k_iters % s == 0 and k_iters // s >= _SK_MIN_ITERS:
+            return num_tiles * s
+    return None
 
 
 def _iteration(cfg: TileConfig, elem: int, active: int, budget: int) -> float:
@@ -233,13 +255,15 @@ def modelled_time(
     per_program = (tiles - dp_tiles) * k_iters / programs
     sharers = k_iters / per_program + 1  # programs a split tile spans, on average
     fixup = _SK_FIXUP_BASE + sharers * _SK_FIXUP_PER_SHARER * cfg.block_m * cfg.block_n / (128 * 256)
-    # Split tiles advance through K out of step, so a panel of A or B shared by several of them is fetched once per
-    # tile unless that operand's split region stays in L2 (the split tiles are the last ones, GROUP_M rows deep).
-    sk_rows = min(rows, 8, tiles - dp_tiles)
-    sk_cols = math.ceil((tiles - dp_tiles) / sk_rows)
-    b_region, a_region = sk_cols * cfg.block_n * k * elem, sk_rows * cfg.block_m * k * elem
-    hbm_bytes += (sk_rows - 1) * b_region * (b_region > l2_bytes)
-    hbm_bytes += (sk_cols - 1) * a_region * (a_region > l2_bytes)
+    # Split tiles advance through K out of step (unless the grid is aligned to them, `_aligned_programs`), so a
+    # panel of A or B shared by several of them is fetched once per tile unless that operand's split region stays
+    # in L2 (the split tiles are the last ones, GROUP_M rows deep).
+    if not (dp_tiles == 0 and programs % tiles == 0 and k_iters % (programs // tiles) == 0):
+        sk_rows = min(rows, 8, tiles - dp_tiles)
+        sk_cols = math.ceil((tiles - dp_tiles) / sk_rows)
+        b_region, a_region = sk_cols * cfg.block_n * k * elem, sk_rows * cfg.block_m * k * elem
+        hbm_bytes += (sk_rows - 1) * b_region * (b_region > l2_bytes)
+        hbm_bytes += (sk_cols - 1) * a_region * (a_region > l2_bytes)
     iters = dp_tiles // programs * k_iters + math.ceil(per_program)
     longest = (dp_tiles // programs * k_iters * _iteration(cfg, elem, budget, budget)
                + math.ceil(per_program) * _iteration(cfg, elem, programs, budget))
