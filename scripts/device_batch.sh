@@ -133,6 +133,14 @@ for s in "$@"; do
     align) step align 240 bash -c "for n in 132 128; do echo num_sms \$n;
              $PY scripts/sweep_configs.py --num-sms \$n --shapes 512x512x32768,1024x1024x16384,256x1024x16384 \
                --variants '$ALIGN'; done" ;;
+    align2) step align2 240 bash -c "
+      $PY scripts/sweep_mxfp4.py --shapes 1x4096x4096,16x4096x4096,16x4096x14336 \
+        --variants '16x64x512 w4 s4 sk;16x64x512 w4 s4 sk noalign';
+      $PY scripts/sweep_mxfp4.py --shapes 64x4096x4096,64x8192x8192,64x4096x14336 \
+        --variants '64x128x256 w8 s3 sk;64x128x256 w8 s3 sk noalign';
+      $PY scripts/sweep_configs.py --shapes 16x4096x14336 --variants '16x64x256 w4 s4 sk;16x64x256 w4 s4 sk noalign';
+      $PY scripts/sweep_configs.py --shapes 128x4096x14336,128x4096x8192 \
+        --variants '128x64x128 w4 s4 sk;128x64x128 w4 s4 sk noalign;128x128x64 w8 s4 tma sk;128x128x64 w8 s4 tma sk noalign'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

@@ -1,6 +1,7 @@
 """Time chosen tile configurations against the planner's choice and torch on a few shapes (GPU): the measurements
-behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [pers|sk|dp]" (BK in
-elements; tma = TMA loads + TMA store + flattened loop; default schedule pers; MXFP4 GEMMs also take "split"
+behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [pers|sk|dp] [noalign]" (BK in
+elements; tma = TMA loads + TMA store + flattened loop; default schedule pers; noalign = Stream-K split evenly over
+the whole budget, not over a grid aligned to the tiles; MXFP4 GEMMs also take "split"
 (nibbles not interleaved) and "swap" (W @ A^T), see scripts/sweep_mxfp4.py).
 
     PYTHONPATH=src python scripts/sweep_configs.py --shapes 128x8192x8192 \\
@@ -8,9 +9,12 @@ elements; tma = TMA loads + TMA store + flattened loop; default schedule pers; M
 """
 
 import argparse
+import contextlib
 
 import torch
 
+import smgemm._gemm
+import smgemm.plan
 from smgemm._device import device_spec
 from smgemm._gemm import gemm
 from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating, describe
@@ -31,6 +35,24 @@ def parse_variant(text: str) -> tuple[TileConfig, str]:
     return cfg, schedule
 
 
+@contextlib.contextmanager
+def unaligned_streamk():
+    """Plans made inside split Stream-K tiles evenly over the whole budget, never over a grid aligned to the tiles
+    (plan._aligned_programs): the variant word "noalign"."""
+    def forget():
+        smgemm.plan.make_plan.cache_clear()
+        smgemm._gemm._SEEN_CALLS.clear()
+
+    saved = smgemm.plan._SK_ALIGN_FILL
+    smgemm.plan._SK_ALIGN_FILL = float("inf")
+    forget()
+    try:
+        yield
+    finally:
+        smgemm.plan._SK_ALIGN_FILL = saved
+        forget()
+
+
 def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms: float) -> list[dict]:
     """One row for the planner's plan (label `planned`) and one per variant: `run(kw)` calls the GEMM with the
     keyword arguments `kw` ({} for the planner, else config and schedule) and returns (rel err, ms per call)."""
@@ -43,7 +65,8 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
             else:
                 cfg, sched = parse_variant(name)
                 kw = {"config": cfg, "schedule": sched}
-            err, t = run(kw)
+            with unaligned_streamk() if "noalign" in name.split() else contextlib.nullcontext():
+                err, t = run(kw)
             row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,
                         "err": f"{err:.1e}"})
         except Exception as e:  # a variant that does not compile or apply is a result too
