@@ -1,7 +1,7 @@
 """Where does a Stream-K launch spend its time: the K-loop or the fixup? (GPU probe, wrong results on purpose.)
 
 Times each variant of scripts/sweep_configs.py twice: with the real kernel, and with a copy of it whose finisher
-neither waits for its children in the reduction tree nor sums their partials (it keeps only its own). The
+neither waits for its sharers' flags nor sums their partials (it adds only the first sharer's and its own). The
 difference is what the fixup costs; the second time is the K-loop, the partial stores and the epilogues.
 
     PYTHONPATH=src python scripts/probe_fixup.py --shapes 512x512x32768 --variants "128x128x64 w8 s4 tma sk"
@@ -26,7 +26,7 @@ from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating
 _CUTS = {  # text of kernels/gemm.py -> its replacement in the probe copy
     "from .common import": "from smgemm.kernels.common import",
     "while tl.max(pending.to(tl.int32), axis=0) > 0:": "while tl.max(pending.to(tl.int32), axis=0) > 1 << 30:",
-    "for c in range(0, n_children, _FIXUP_UNROLL):": "for c in range(0, 0, _FIXUP_UNROLL):",
+    "for p in range(first + 1, pid, _FIXUP_UNROLL):": "for p in range(pid, pid, _FIXUP_UNROLL):",
 }
 
 

@@ -254,10 +254,7 @@ def modelled_time(
     dp_tiles, programs = split
     per_program = (tiles - dp_tiles) * k_iters / programs
     sharers = k_iters / per_program + 1  # programs a split tile spans, on average
-    # The partials are summed over a binary tree: its critical path reads one partial per level (measured with
-    # up to 3 sharers, where this is the same count as a serial sum's).
-    depth = min(sharers, 1 + math.ceil(math.log2(sharers)))
-    fixup = _SK_FIXUP_BASE + depth * _SK_FIXUP_PER_SHARER * cfg.block_m * cfg.block_n / (128 * 256)
+    fixup = _SK_FIXUP_BASE + sharers * _SK_FIXUP_PER_SHARER * cfg.block_m * cfg.block_n / (128 * 256)
     # Split tiles advance through K out of step (unless the grid is aligned to them, `_aligned_programs`), so a
     # panel of A or B shared by several of them is fetched once per tile unless that operand's split region stays
     # in L2 (the split tiles are the last ones, GROUP_M rows deep).

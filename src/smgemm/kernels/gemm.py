@@ -10,8 +10,7 @@ import triton.language as tl
 
 from .common import epilogue, k_loop, smid, tile_coords
 
-_FIXUP_UNROLL: tl.constexpr = tl.constexpr(4)  # partial tiles a Stream-K program sums at once
-_MAX_LEVELS: tl.constexpr = tl.constexpr(24)  # levels of the Stream-K reduction tree: up to 2**24 sharers
+_FIXUP_UNROLL: tl.constexpr = tl.constexpr(4)  # partial tiles a Stream-K finisher loads at once
 
 
 @triton.jit
@@ -100,66 +99,48 @@ def gemm_kernel(
                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
                 A_DESC, B_DESC, MX_SPLIT, MX_SWAP, MX_PREFETCH,
             )
-            tile_end = tile_start + k_iters
-            if seg_start == tile_start and seg_end == tile_end:
+            if seg_end < tile_start + k_iters:
+                # The tile's last iterations belong to pid + 1: publish this partial sum for it. At most one per
+                # program (only the range's last segment can end mid-tile), so slot `pid` is never reused.
+                tl.store(ws_ptr + pid * tile_elems + offs_tile, acc, cache_modifier=".cg")
+                tl.debug_barrier()  # every thread's partial is written before the flag goes up
+                tl.atomic_xchg(p_flags + pid, epoch, sem="release", scope="gpu")
+            elif seg_start == tile_start:
                 epilogue(
                     acc, pid_m, pid_n, M, N, d_ptr, d_desc, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
                     sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
                     HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
                 )
             else:
-                # The tile's sharers are programs first..last; they reduce their partials over a binary tree rooted
-                # at `last` (rank 0), which holds the tile's last iterations and finishes it. Rank r takes the
-                # partials of ranks r + 1, r + 2, r + 4, ... (while r is a multiple of twice the step), i.e. of
-                # programs pid - 1, pid - 2, pid - 4, ...: lower programs only, so the kernel cannot deadlock and
-                # runs in the in-order interpreter (docs/streamk.md). The order of the sums is fixed by the plan:
-                # results are bitwise reproducible. The finisher reads ceil(log2(sharers)) partials, not all.
+                # This program finishes a tile that lower programs started. Its own partial joins theirs in the
+                # workspace; then the tile is summed in program order (deterministic) and finished by the one
+                # epilogue, FIXUP_N columns at a time so that no full-tile partial sits in registers beside acc.
+                # Waiting only on lower programs keeps the kernel deadlock-free (docs/streamk.md) and runnable by
+                # the in-order interpreter.
                 first = _first_owner(tile_start, base, extra)
-                last = _first_owner(tile_end - 1, base, extra)
-                rank = last - pid
-                lanes = tl.arange(0, FLAG_LANES)
-                step = 1 << tl.minimum(lanes, _MAX_LEVELS)
-                takes = (lanes < _MAX_LEVELS) & (rank % (2 * step) == 0) & (rank + step <= last - first)
-                n_children = tl.sum(takes.to(tl.int32), axis=0)
-                # Own partial: slot pid for a rank > 0 (it publishes there; such a program has no other segment
-                # that publishes, see below), slot P + tile for the finisher (slot pid may hold the partial it
-                # published for the next tile).
-                own = tl.where(rank == 0, num_programs + tile, pid)
-                p_own = ws_ptr + own * tile_elems
+                p_own = ws_ptr + (num_programs + tile) * tile_elems
                 tl.store(p_own + offs_tile, acc, cache_modifier=".cg")
-                if n_children > 0:
-                    # Wait for the children's flags all at once, one per thread (FLAG_LANES >= _MAX_LEVELS lanes):
-                    # each acquires and resets its flag, until every one held `epoch`.
-                    pending = takes
+                # Wait for the lower sharers' flags all at once, one per thread (FLAG_LANES = the program's threads,
+                # so no flag is handled twice): each acquires and resets its flag, until every one held `epoch`.
+                for lane0 in range(first, pid, FLAG_LANES):
+                    lanes = lane0 + tl.arange(0, FLAG_LANES)
+                    pending = lanes < pid
                     while tl.max(pending.to(tl.int32), axis=0) > 0:
-                        seen = tl.atomic_xchg(p_flags + pid - step, epoch * 0, mask=pending, sem="acquire",
-                                              scope="gpu")
+                        seen = tl.atomic_xchg(p_flags + lanes, epoch * 0, mask=pending, sem="acquire", scope="gpu")
                         pending = pending & (seen != epoch)
                 tl.debug_barrier()  # every flag acquired, and this program's own stores visible to all its threads
-                if rank == 0 or n_children > 0:
-                    # Own partial plus the children's, in rank order, FIXUP_N columns at a time so that no second
-                    # full tile sits in registers beside acc; _FIXUP_UNROLL children per step so that their loads
-                    # are in flight together. The finisher applies the one epilogue; others store the sum back.
-                    for j in tl.static_range(BLOCK_N // FIXUP_N):
-                        offs = j * FIXUP_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, FIXUP_N)[None, :]
-                        part = tl.load(p_own + offs, cache_modifier=".cg")
-                        for c in range(0, n_children, _FIXUP_UNROLL):
-                            for u in tl.static_range(_FIXUP_UNROLL):
-                                child = pid - (1 << tl.minimum(c + u, _MAX_LEVELS))
-                                part += tl.load(ws_ptr + child * tile_elems + offs, mask=c + u < n_children,
-                                                other=0.0, cache_modifier=".cg")
-                        if rank == 0:
-                            epilogue(
-                                part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_ptr, d_desc, stride_dm,
-                                stride_dn, c_ptr, stride_cm, stride_cn, sa_ptr, stride_sa, sb_ptr, stride_sb, alpha,
-                                beta, HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N, USE_INT64, INTERPRETER, 0,
-                            )
-                        else:
-                            tl.store(p_own + offs, part, cache_modifier=".cg")
-                    tl.debug_barrier()  # every thread's sum is written before the flag goes up
-                if rank > 0:
-                    # Publish for the parent (a higher program). A rank > 0 with children holds neither end of the
-                    # tile, so its whole range is this one segment and slot pid is used once; a rank > 0 without
-                    # children (the first sharer, or any odd rank) publishes before anything else it does.
-                    tl.atomic_xchg(p_flags + pid, epoch, sem="release", scope="gpu")
+                for j in tl.static_range(BLOCK_N // FIXUP_N):
+                    offs = j * FIXUP_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, FIXUP_N)[None, :]
+                    part = tl.load(ws_ptr + first * tile_elems + offs, cache_modifier=".cg")
+                    # In program order, _FIXUP_UNROLL partials per step so that their loads are in flight together.
+                    for p in range(first + 1, pid, _FIXUP_UNROLL):
+                        for u in tl.static_range(_FIXUP_UNROLL):
+                            part += tl.load(ws_ptr + (p + u) * tile_elems + offs, mask=p + u < pid, other=0.0,
+                                            cache_modifier=".cg")
+                    part += tl.load(p_own + offs, cache_modifier=".cg")
+                    epilogue(
+                        part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_ptr, d_desc, stride_dm, stride_dn,
+                        c_ptr, stride_cm, stride_cn, sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
+                        HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N, USE_INT64, INTERPRETER, 0,
+                    )
             seg_end = seg_start
