@@ -141,6 +141,13 @@ for s in "$@"; do
       $PY scripts/sweep_configs.py --shapes 16x4096x14336 --variants '16x64x256 w4 s4 sk;16x64x256 w4 s4 sk noalign';
       $PY scripts/sweep_configs.py --shapes 128x4096x14336,128x4096x8192 \
         --variants '128x64x128 w4 s4 sk;128x64x128 w4 s4 sk noalign;128x128x64 w8 s4 tma sk;128x128x64 w8 s4 tma sk noalign'" ;;
+    stages) step stages 240 bash -c "
+      $PY scripts/sweep_configs.py --shapes 512x512x32768,1024x1024x16384,256x1024x16384 \
+        --variants '128x128x64 w8 s5 tma sk;128x128x64 w8 s6 tma sk;128x128x64 w4 s5 sk;128x128x64 w4 s6 sk;64x128x64 w4 s6 sk;128x64x64 w4 s8 sk';
+      $PY scripts/sweep_configs.py --shapes 128x10240x8192,128x6144x4096 \
+        --variants '128x64x64 w4 s6 sk;128x64x64 w4 s8 sk;128x64x128 w4 s3 sk;128x64x64 w4 s6;128x64x64 w4 s8;128x64x128 w4 s4 tmaload sk';
+      $PY scripts/sweep_configs.py --shapes 1024x1024x1024 \
+        --variants '128x64x64 w4 s6;128x64x64 w4 s8;128x64x64 w4 s4 tmaload;128x64x64 w4 s6 tmaload;64x128x64 w4 s6;128x128x64 w8 s4 tma sk'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
