@@ -148,6 +148,12 @@ for s in "$@"; do
         --variants '128x64x64 w4 s6 sk;128x64x64 w4 s8 sk;128x64x128 w4 s3 sk;128x64x64 w4 s6;128x64x64 w4 s8;128x64x128 w4 s4 tmaload sk';
       $PY scripts/sweep_configs.py --shapes 1024x1024x1024 \
         --variants '128x64x64 w4 s6;128x64x64 w4 s8;128x64x64 w4 s4 tmaload;128x64x64 w4 s6 tmaload;64x128x64 w4 s6;128x128x64 w8 s4 tma sk'" ;;
+    fp8sk) step fp8sk 200 bash -c "
+      $PY scripts/sweep_configs.py --dtype fp8 --shapes 3072x3072x8192,2560x2560x8192 \
+        --variants '128x128x128 w8 s4 tma;128x128x128 w8 s4 tma sk;128x256x128 w8 s3 tma;128x256x128 w8 s3 tma sk';
+      $PY scripts/sweep_configs.py --dtype fp8 --shapes 16x28672x4096 --variants '16x64x512 w4 s4;16x64x512 w4 s4 sk';
+      $PY scripts/sweep_configs.py --dtype fp8 --num-sms 66 --shapes 256x1024x16384,128x10240x8192,3072x3072x8192 \
+        --variants '64x64x128 w4 s4;128x128x128 w8 s4 tma sk;128x64x256 w4 s4;128x64x256 w4 s4 sk;128x256x128 w8 s3 tma;128x256x128 w8 s3 tma sk'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
