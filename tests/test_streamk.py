@@ -137,6 +137,21 @@ def test_workspace_needs_no_reset_and_is_left_clean(device, monkeypatch):
     assert (flags[:-1] == 0).all(), "programs 0..3 each published a partial, read and reset by program 4"
 
 
+@pytest.mark.parametrize(("num_sms", "programs"), [(8, 8), (11, 11), (20, 20)])
+def test_grid_aligned_to_the_tiles(num_sms, programs, device):
+    # 2 x 2 tiles of 10 K-iterations. 8 SMs: 4 tiles x 2 parts of 5 iterations, each program one part of one tile;
+    # 20 SMs: 5 parts of 2. 11 SMs: no multiple of 4 tiles within 10% of 11 with parts dividing 10 (8 is too
+    # few), so the 40 iterations are split evenly over all 11 programs and the ranges cross tile boundaries.
+    a, b = Case(32, 64, 160, "fp16", "nt").operands(device)
+    bias = torch.randn(64, device=device)
+    plan = _plan(a, b, num_sms)
+    assert (plan.schedule, plan.dp_tiles, plan.sk_tiles, plan.num_programs) == ("streamk", 0, 4, programs)
+    out = torch.full((32, 64), float("nan"), dtype=torch.float16, device=device)
+    gemm(a, b, c=bias, out=out, schedule="streamk", num_sms=num_sms, config=SMALL)
+    assert_gemm_close(out, a, b, beta=1.0, c=bias)
+    assert torch.equal(out, gemm(a, b, c=bias, schedule="streamk", num_sms=num_sms, config=SMALL))
+
+
 @settings(max_examples=25, deadline=None)
 @given(m=st.integers(1, 80), n=st.integers(1, 80), k=st.integers(1, 200), num_sms=st.integers(1, 9))
 def test_random_shapes_and_budgets(m, n, k, num_sms):
