@@ -82,7 +82,7 @@ _SK_FIXUP_BASE = 4.0  # 3.0 until stop 13: 128 x 4096 x 8192 then split where 64
 _SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
 _SK_MARGIN = 0.97
 # Fewest programs, as a fraction of the budget, that an aligned Stream-K grid may use (`_aligned_programs`): the
-# split that drifts across tiles measured 8-16% slower on 16-64 tiles, so giving up 10% of the SMs still pays.
+# split that drifts across tiles measured 11-20% slower on 16-64 tiles, so giving up 10% of the SMs still pays.
 _SK_ALIGN_FILL = 0.9
 _HBM_BYTES_PER_ITER = 3.4e6  # device-memory bytes the chip streams in one reference iteration (~4 TB/s x 0.85 us)
 # Operand bytes one SM loads in one reference iteration with a 16-row (decode) tile: ~30 GB/s, measured on the H200
@@ -198,7 +198,7 @@ def _aligned_programs(num_tiles: int, k_iters: int, budget: int) -> int | None:
     """A Stream-K grid of `num_tiles * s` programs, s >= 2 dividing k_iters, that fills >= _SK_ALIGN_FILL of the
     budget; None if there is none. Each program then takes one 1/s of one tile's K-loop, and the programs holding
     the same part of different tiles walk the same K range at the same time, so the operand panels those tiles
-    share are read from device memory once, while they sit in L2 (on the H200, 8-16% faster than an even split
+    share are read from device memory once, while they sit in L2 (on the H200, 11-20% faster than an even split
     over all 132 SMs whose ranges drift across tiles, docs/performance.md)."""
     for s in range(budget // num_tiles, 1, -1):
         if num_tiles * s < _SK_ALIGN_FILL * budget:
