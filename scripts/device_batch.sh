@@ -154,6 +154,17 @@ for s in "$@"; do
       $PY scripts/sweep_configs.py --dtype fp8 --shapes 16x28672x4096 --variants '16x64x512 w4 s4;16x64x512 w4 s4 sk';
       $PY scripts/sweep_configs.py --dtype fp8 --num-sms 66 --shapes 256x1024x16384,128x10240x8192,3072x3072x8192 \
         --variants '64x64x128 w4 s4;128x128x128 w8 s4 tma sk;128x64x256 w4 s4;128x64x256 w4 s4 sk;128x256x128 w8 s3 tma;128x256x128 w8 s3 tma sk'" ;;
+    skinny) # M = 128: 128 x 256 tiles under Stream-K over a grid aligned to the tiles (parts need not divide K)
+      step skinny 280 $PY scripts/sweep_configs.py \
+        --shapes 128x10240x8192,128x6144x4096,128x4096x4096,128x8192x8192,128x4096x14336,128x8192x28672 \
+        --variants "128x256x64 w8 s3 tma sk;128x256x64 w8 s3 tma sk noalign;128x256x64 w8 s4 tma sk;\
+128x128x64 w8 s4 tma sk;64x256x64 w4 s4 tma sk;128x256x128 w8 s2 tma sk" ;;
+    ncu2) # where the time of an MXFP4 decode launch and a skinny launch goes: stall reasons, pipe use
+      step ncu2 240 bash -c "ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+          --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy \
+          $PY scripts/profile_shapes.py --mxfp4 --shapes 16x8192x8192;
+        ncu --profile-from-start off --clock-control none --section SpeedOfLight --section WarpStateStats \
+          --section MemoryWorkloadAnalysis $PY scripts/profile_shapes.py --shapes 128x10240x8192" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

@@ -18,6 +18,8 @@ def main():
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--shapes", required=True, help="comma list of MxNxK")
     p.add_argument("--schedule", default=None)
+    p.add_argument("--mxfp4", action="store_true",
+                   help="smgemm.linear on an MXFP4 weight (N, K) against torch.matmul on its bf16 dequantization")
     args = p.parse_args()
     dtype = DTYPES[args.dtype]
     calls = []
@@ -25,6 +27,12 @@ def main():
         m, n, k = (int(v) for v in shape.split("x"))
         a = torch.randn(m, k, device="cuda").to(dtype)
         b = torch.randn(n, k, device="cuda").to(dtype).t()
+        if args.mxfp4:
+            w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
+            a, b = a.to(torch.bfloat16), w.dequantize().t()
+            calls.append((shape, "torch", lambda a=a, b=b: torch.matmul(a, b)))
+            calls.append((shape, "smgemm", lambda a=a, w=w: smgemm.linear(a, w, schedule=args.schedule)))
+            continue
         calls.append((shape, "torch", lambda a=a, b=b: torch.matmul(a, b)))
         calls.append((shape, "smgemm", lambda a=a, b=b: smgemm.matmul(a, b, schedule=args.schedule)))
     for _, _, fn in calls:  # compile, plan, warm up

@@ -137,11 +137,12 @@ def test_workspace_needs_no_reset_and_is_left_clean(device, monkeypatch):
     assert (flags[:-1] == 0).all(), "programs 0..3 each published a partial, read and reset by program 4"
 
 
-@pytest.mark.parametrize(("num_sms", "programs"), [(8, 8), (11, 11), (20, 20)])
+@pytest.mark.parametrize(("num_sms", "programs"), [(8, 8), (11, 11), (12, 12), (20, 20)])
 def test_grid_aligned_to_the_tiles(num_sms, programs, device):
     # 2 x 2 tiles of 10 K-iterations. 8 SMs: 4 tiles x 2 parts of 5 iterations, each program one part of one tile;
-    # 20 SMs: 5 parts of 2. 11 SMs: no multiple of 4 tiles within 10% of 11 with parts dividing 10 (8 is too
-    # few), so the 40 iterations are split evenly over all 11 programs and the ranges cross tile boundaries.
+    # 12 SMs: 3 parts of 3, 3 and 4 (parts need not divide the K-loop); 20 SMs: 5 parts of 2. 11 SMs: no multiple
+    # of 4 tiles within 10% of 11 (8 is too few), so the 40 iterations are split evenly over all 11 programs and
+    # the ranges cross tile boundaries.
     a, b = Case(32, 64, 160, "fp16", "nt").operands(device)
     bias = torch.randn(64, device=device)
     plan = _plan(a, b, num_sms)

@@ -195,15 +195,16 @@ def streamk_split(num_tiles: int, k_iters: int, budget: int) -> tuple[int, int] 
 
 
 def _aligned_programs(num_tiles: int, k_iters: int, budget: int) -> int | None:
-    """A Stream-K grid of `num_tiles * s` programs, s >= 2 dividing k_iters, that fills >= _SK_ALIGN_FILL of the
-    budget; None if there is none. Each program then takes one 1/s of one tile's K-loop, and the programs holding
-    the same part of different tiles walk the same K range at the same time, so the operand panels those tiles
-    share are read from device memory once, while they sit in L2 (on the H200, 11-20% faster than an even split
-    over all 132 SMs whose ranges drift across tiles, docs/performance.md)."""
+    """A Stream-K grid of `num_tiles * s` programs, s >= 2, that fills >= _SK_ALIGN_FILL of the budget; None if
+    there is none. Each program then takes one of s near-equal parts of one tile's K-loop (the kernel splits so
+    whenever the grid is a multiple of the split tiles), and the programs holding the same part of different tiles
+    walk the same K range at the same time, so the operand panels those tiles share are read from device memory
+    once, while they sit in L2 (on the H200, 11-20% faster than an even split over all 132 SMs whose ranges drift
+    across tiles, docs/performance.md)."""
     for s in range(budget // num_tiles, 1, -1):
         if num_tiles * s < _SK_ALIGN_FILL * budget:
             return None
-        if k_iters % s == 0 and k_iters // s >= _SK_MIN_ITERS:
+        if k_iters // s >= _SK_MIN_ITERS:
             return num_tiles * s
     return None
 
@@ -252,13 +253,13 @@ def modelled_time(
     if split is None:
         return math.inf
     dp_tiles, programs = split
-    per_program = (tiles - dp_tiles) * k_iters / programs
+    per_program = (tiles - dp_tiles) * k_iters / programs  # ceil() of it: the longest range, aligned or not
     sharers = k_iters / per_program + 1  # programs a split tile spans, on average
     fixup = _SK_FIXUP_BASE + sharers * _SK_FIXUP_PER_SHARER * cfg.block_m * cfg.block_n / (128 * 256)
     # Split tiles advance through K out of step (unless the grid is aligned to them, `_aligned_programs`), so a
     # panel of A or B shared by several of them is fetched once per tile unless that operand's split region stays
     # in L2 (the split tiles are the last ones, GROUP_M rows deep).
-    if not (dp_tiles == 0 and programs % tiles == 0 and k_iters % (programs // tiles) == 0):
+    if programs % (tiles - dp_tiles):
         sk_rows = min(rows, 8, tiles - dp_tiles)
         sk_cols = math.ceil((tiles - dp_tiles) / sk_rows)
         b_region, a_region = sk_cols * cfg.block_n * k * elem, sk_rows * cfg.block_m * k * elem

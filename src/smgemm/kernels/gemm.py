@@ -72,12 +72,21 @@ def gemm_kernel(
         )
     if STREAMK:
         # Stream-K over the tiles from dp_tiles on, their K-iterations numbered tile-major from 0: program pid owns
-        # the contiguous range [start, end), base or base + 1 iterations (the planner makes base >= 2).
-        sk_iters = (num_pid_m * num_pid_n - dp_tiles) * k_iters
+        # the contiguous range [start, end), base or base + 1 iterations (the planner makes base >= 2). When the
+        # grid is a multiple of the split tiles (`parts` programs a tile, plan._aligned_programs), each range is
+        # instead one of `parts` near-equal parts of one tile's K-loop, so programs holding the same part of
+        # different tiles walk the same K range in step even where parts does not divide k_iters.
+        sk_tiles = num_pid_m * num_pid_n - dp_tiles
+        sk_iters = sk_tiles * k_iters
         base = sk_iters // num_programs
         extra = sk_iters % num_programs
-        start = pid * base + tl.minimum(pid, extra)
-        end = start + base + (pid < extra).to(tl.int32)
+        parts = tl.maximum(num_programs // sk_tiles, 1)
+        aligned = num_programs == parts * sk_tiles
+        part_tile = pid // parts
+        part = pid % parts
+        start = tl.where(aligned, part_tile * k_iters + part * k_iters // parts, pid * base + tl.minimum(pid, extra))
+        end = tl.where(aligned, part_tile * k_iters + (part + 1) * k_iters // parts,
+                       pid * base + tl.minimum(pid, extra) + base + (pid < extra).to(tl.int32))
         # Workspace: fp32 tiles, slot p < P holding program p's published partial, slot P + t the finishing program's
         # own partial of split tile t; then one int64 flag per program. A flag holds `epoch` (this launch's random
         # id) while its partial is published, and is reset to 0 by the one program that reads it.
@@ -117,7 +126,7 @@ def gemm_kernel(
                 # epilogue, FIXUP_N columns at a time so that no full-tile partial sits in registers beside acc.
                 # Waiting only on lower programs keeps the kernel deadlock-free (docs/streamk.md) and runnable by
                 # the in-order interpreter.
-                first = _first_owner(tile_start, base, extra)
+                first = tl.where(aligned, tile * parts, _first_owner(tile_start, base, extra))
                 p_own = ws_ptr + (num_programs + tile) * tile_elems
                 tl.store(p_own + offs_tile, acc, cache_modifier=".cg")
                 # Wait for the lower sharers' flags all at once, one per thread (FLAG_LANES = the program's threads,
