@@ -83,9 +83,9 @@ def gemm_kernel(
         parts = tl.maximum(num_programs // sk_tiles, 1)
         aligned = num_programs == parts * sk_tiles
         part_tile = pid // parts
-        part = pid % parts
-        start = tl.where(aligned, part_tile * k_iters + part * k_iters // parts, pid * base + tl.minimum(pid, extra))
-        end = tl.where(aligned, part_tile * k_iters + (part + 1) * k_iters // parts,
+        part_no = pid % parts
+        start = tl.where(aligned, part_tile * k_iters + part_no * k_iters // parts, pid * base + tl.minimum(pid, extra))
+        end = tl.where(aligned, part_tile * k_iters + (part_no + 1) * k_iters // parts,
                        pid * base + tl.minimum(pid, extra) + base + (pid < extra).to(tl.int32))
         # Workspace: fp32 tiles, slot p < P holding program p's published partial, slot P + t the finishing program's
         # own partial of split tile t; then one int64 flag per program. A flag holds `epoch` (this launch's random
