@@ -165,6 +165,16 @@ for s in "$@"; do
           $PY scripts/profile_shapes.py --mxfp4 --shapes 16x8192x8192;
         ncu --profile-from-start off --clock-control none --section SpeedOfLight --section WarpStateStats \
           --section MemoryWorkloadAnalysis $PY scripts/profile_shapes.py --shapes 128x10240x8192" ;;
+    ncu3) # MXFP4: decode stall reasons and pipe use at 1, 2 programs per SM and 8 warps; the two-pass both-MXFP4 GEMM
+      NCUM="--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,\
+regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active"
+      step ncu3 240 bash -c "
+        for v in '16x64x512 w4 s4 sk|1' '16x64x512 w4 s4 sk|2' '16x128x512 w8 s3 sk|1'; do echo \"### \$v\";
+          ncu --profile-from-start off --clock-control none -k regex:gemm_kernel --section SpeedOfLight $NCUM \
+            $PY scripts/profile_shapes.py --mxfp4 --shapes 16x8192x8192 --config \"\${v%|*}\" \
+            --programs-per-sm \${v#*|}; done;
+        ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+          $PY scripts/profile_shapes.py --mxfp4 --both --shapes 4096x4096x4096" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

@@ -6,10 +6,14 @@ Compute (GPU). Compilation and warm-up happen outside the profiled range.
 """
 
 import argparse
+import dataclasses
 
 import torch
+from sweep_configs import parse_variant
 
 import smgemm
+import smgemm._gemm
+from smgemm._device import device_spec
 from smgemm.bench import DTYPES
 
 
@@ -20,7 +24,19 @@ def main():
     p.add_argument("--schedule", default=None)
     p.add_argument("--mxfp4", action="store_true",
                    help="smgemm.linear on an MXFP4 weight (N, K) against torch.matmul on its bf16 dequantization")
+    p.add_argument("--both", action="store_true", help="with --mxfp4: MXFP4 activations too")
+    p.add_argument("--config", default=None,
+                   help='the variant smgemm runs, as in sweep_configs.py ("16x64x512 w4 s4 sk")')
+    p.add_argument("--programs-per-sm", type=int, default=1,
+                   help="experiment: plan for this many times the SMs (several programs per SM)")
     args = p.parse_args()
+    kw = {"schedule": args.schedule} if args.schedule else {}
+    if args.config:
+        kw["config"], kw["schedule"] = parse_variant(args.config)
+    if args.programs_per_sm > 1:
+        spec = device_spec(torch.device("cuda"))
+        spec = dataclasses.replace(spec, num_sms=spec.num_sms * args.programs_per_sm)
+        smgemm._gemm.device_spec = lambda device: spec
     dtype = DTYPES[args.dtype]
     calls = []
     for shape in args.shapes.split(","):
@@ -30,11 +46,14 @@ def main():
         if args.mxfp4:
             w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
             a, b = a.to(torch.bfloat16), w.dequantize().t()
-            calls.append((shape, "torch", lambda a=a, b=b: torch.matmul(a, b)))
-            calls.append((shape, "smgemm", lambda a=a, w=w: smgemm.linear(a, w, schedule=args.schedule)))
+            if args.both:
+                a = smgemm.quantize_mxfp4(a.float())
+            dense_a = a.dequantize() if args.both else a
+            calls.append((shape, "torch", lambda a=dense_a, b=b: torch.matmul(a, b)))
+            calls.append((shape, "smgemm", lambda a=a, w=w: smgemm._gemm.gemm_mxfp4(a, w, **kw)))
             continue
         calls.append((shape, "torch", lambda a=a, b=b: torch.matmul(a, b)))
-        calls.append((shape, "smgemm", lambda a=a, b=b: smgemm.matmul(a, b, schedule=args.schedule)))
+        calls.append((shape, "smgemm", lambda a=a, b=b: smgemm._gemm.gemm(a, b, **kw)))
     for _, _, fn in calls:  # compile, plan, warm up
         for _ in range(3):
             fn()
