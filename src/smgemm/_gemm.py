@@ -496,7 +496,7 @@ def gemm_mxfp4(
 
 # The expansion kernel's blocks and warps: 3.1 TB/s of bytes moved on the H200 (device copy: 4.0), where 64 x 256
 # blocks with 4 warps gave 2.2 (scripts/sweep_expand.py, docs/performance.md).
-_EXPAND = {"block_r": 128, "block_k": 512, "warps": 8}
+_EXPAND = {"block_r": 128, "block_k": 512, "warps": 8, "desc": 1}
 
 
 def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None, **blocks: int) -> torch.Tensor:
@@ -511,8 +511,10 @@ def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None,
     tiles = -(-rows // opts["block_r"]) * -(-k // block_k)
     grid = max(1, min(tiles, resolve_budget(num_sms, device_spec(t.device))))
     args = (t.data, t.scales, out, rows, k, t.data.stride(0), t.scales.stride(0), out.stride(0), grid)
+    # The output is this fresh, contiguous tensor with K % 32 == 0: 16-byte aligned base and rows, as TMA needs.
+    desc = bool(opts["desc"]) and (t.device.type == "cpu" or device_spec(t.device).capability >= (9, 0))
     meta = dict(BLOCK_R=opts["block_r"], BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-                INTERPRETER=t.device.type == "cpu", FP16=dtype == torch.float16)
+                INTERPRETER=t.device.type == "cpu", FP16=dtype == torch.float16, DESC=desc)
     if t.device.type != "cuda":
         mx_expand_kernel[(grid,)](*args, **meta)
         return out
@@ -553,14 +555,22 @@ _LAUNCHERS: dict[tuple, object] = {}
 def _run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, key: tuple | None, launcher=None,
                 **compile_opts):
     """Launch `kernel` on the current stream through the cached launcher of `key` (or the `launcher` given); the
-    first launch of a key compiles (and runs) through Triton and caches the launcher. Returns the launcher."""
+    first launch of a key compiles (and runs) through Triton and caches the launcher. Returns the launcher.
+
+    Triton asks the allocator in its context variable for the global scratch in which device-built tensor
+    descriptors live; ours is set for this launch only, so that other Triton users' allocator (or none) is left as
+    it was."""
     if launcher is None:
         launcher = _LAUNCHERS.get(key)
-    if launcher is None:
-        compiled = kernel[(grid,)](*args, **meta, **compile_opts)
-        launcher = _LAUNCHERS[key] = compiled[(grid, 1, 1)]
-    else:
-        launcher(*args, *meta.values(), stream=torch._C._cuda_getCurrentRawStream(device_index))
+    token = _allocation._allocator.set(_scratch)
+    try:
+        if launcher is None:
+            compiled = kernel[(grid,)](*args, **meta, **compile_opts)
+            launcher = _LAUNCHERS[key] = compiled[(grid, 1, 1)]
+        else:
+            launcher(*args, *meta.values(), stream=torch._C._cuda_getCurrentRawStream(device_index))
+    finally:
+        _allocation._allocator.reset(token)
     return launcher
 
 
@@ -588,14 +598,8 @@ def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, fl
     if device.type != "cuda":  # the interpreter: nothing compiled, nothing to cache
         gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta)
         return None
-    # Triton asks the allocator in its context variable for the scratch; set ours for this launch only, so that
-    # other Triton users' allocator (or none) is left as it was.
-    token = _allocation._allocator.set(_scratch)
-    try:
-        key = None if launcher is not None else (
-            device.index, plan, *meta.values(), ints,
-            tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
-        return _run_cached(gemm_kernel, grid, (*tensors, *ints, _epoch(), *floats), meta, device.index, key,
-                           launcher, num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
-    finally:
-        _allocation._allocator.reset(token)
+    key = None if launcher is not None else (
+        device.index, plan, *meta.values(), ints,
+        tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
+    return _run_cached(gemm_kernel, grid, (*tensors, *ints, _epoch(), *floats), meta, device.index, key,
+                       launcher, num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
