@@ -1,9 +1,8 @@
 """Time the MXFP4 expansion pass (`smgemm._gemm.expand_mxfp4`, the first half of the two-pass MXFP4 GEMM) with
 several block shapes on the GPU, in GB/s of bytes moved (packed data and scales read, bf16 written), against a
-device copy of the same output size. A variant is block_r,block_k,warps[,desc] (desc 1, the default: TMA stores;
-0: pointer stores).
+device copy of the same output size.
 
-    PYTHONPATH=src python scripts/sweep_expand.py --variants "64,256,4;128,256,8,0"
+    PYTHONPATH=src python scripts/sweep_expand.py --variants "64,256,4;128,256,8"
 """
 
 import argparse
@@ -34,14 +33,13 @@ def main():
         rows.append({"weight": shape, "variant": "device copy (same output)", "us": t * 1e3,
                      "GB/s": 2 * n * k * 2 / t / 1e6, "exact": ""})
         for variant in args.variants.split(";"):
-            block_r, block_k, warps, desc = ([int(v) for v in variant.split(",")] + [1])[:4]
-            def run(w, _=None, block_r=block_r, block_k=block_k, warps=warps, desc=desc):
-                return expand_mxfp4(w, torch.bfloat16, args.num_sms, block_r=block_r, block_k=block_k, warps=warps,
-                                    desc=desc)
+            block_r, block_k, warps = (int(v) for v in variant.split(","))
+            def run(w, _=None, block_r=block_r, block_k=block_k, warps=warps):
+                return expand_mxfp4(w, torch.bfloat16, args.num_sms, block_r=block_r, block_k=block_k, warps=warps)
 
             exact = torch.equal(run(ws[0]).view(torch.int16), ref.view(torch.int16))
             t = _time_rotating(run, [(w, None) for w in ws])
-            rows.append({"weight": shape, "variant": f"{block_r}x{block_k} w{warps}" + " tma" * desc, "us": t * 1e3,
+            rows.append({"weight": shape, "variant": f"{block_r}x{block_k} w{warps}", "us": t * 1e3,
                          "GB/s": moved / t / 1e6, "exact": exact})
             print(rows[-1], flush=True)
     print(_table(rows))

@@ -62,12 +62,10 @@ def test_kernel_variants(swap, split, prefetch, both, device):
     assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
-@pytest.mark.parametrize("num_sms,blocks", [(None, {}), (2, {"block_r": 32, "block_k": 128}),
-                                            (2, {"block_r": 32, "block_k": 128, "desc": 0})])
+@pytest.mark.parametrize("num_sms,blocks", [(None, {}), (2, {"block_r": 32, "block_k": 128})])
 def test_expansion_pass_is_exact(num_sms, blocks, device):
     """The two-pass path's expansion (kernels.mx_expand): every byte value under extreme and ordinary scales, rows
-    and K not multiples of its blocks, bit for bit equal to `dequantize` (bf16), or its one rounding (fp16). Stored
-    through tensor descriptors (clipped at the edges) or, desc=0, through masked pointers."""
+    and K not multiples of its blocks, bit for bit equal to `dequantize` (bf16), or its one rounding (fp16)."""
     rows, k = 70, 288  # 64-row blocks and 256-wide K blocks with tails; 9 scale groups per row
     data = torch.randint(0, 256, (rows, k // 2), dtype=torch.uint8, device=device)
     data[0, :128] = torch.arange(128, 256, dtype=torch.uint8, device=device)

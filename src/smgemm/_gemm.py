@@ -496,7 +496,7 @@ def gemm_mxfp4(
 
 # The expansion kernel's blocks and warps: 3.1 TB/s of bytes moved on the H200 (device copy: 4.0), where 64 x 256
 # blocks with 4 warps gave 2.2 (scripts/sweep_expand.py, docs/performance.md).
-_EXPAND = {"block_r": 128, "block_k": 512, "warps": 8, "desc": 1}
+_EXPAND = {"block_r": 128, "block_k": 512, "warps": 8}
 
 
 def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None, **blocks: int) -> torch.Tensor:
@@ -511,10 +511,8 @@ def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None,
     tiles = -(-rows // opts["block_r"]) * -(-k // block_k)
     grid = max(1, min(tiles, resolve_budget(num_sms, device_spec(t.device))))
     args = (t.data, t.scales, out, rows, k, t.data.stride(0), t.scales.stride(0), out.stride(0), grid)
-    # The output is this fresh, contiguous tensor with K % 32 == 0: 16-byte aligned base and rows, as TMA needs.
-    desc = bool(opts["desc"]) and (t.device.type == "cpu" or device_spec(t.device).capability >= (9, 0))
     meta = dict(BLOCK_R=opts["block_r"], BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-                INTERPRETER=t.device.type == "cpu", FP16=dtype == torch.float16, DESC=desc)
+                INTERPRETER=t.device.type == "cpu", FP16=dtype == torch.float16)
     if t.device.type != "cuda":
         mx_expand_kernel[(grid,)](*args, **meta)
         return out

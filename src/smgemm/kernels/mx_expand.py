@@ -14,12 +14,8 @@ from .common import mx_weight_tile
 def mx_expand_kernel(
     data_ptr, scales_ptr, out_ptr, rows, K, stride_data, stride_scales, stride_out, num_programs,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr,
-    FP16: tl.constexpr, DESC: tl.constexpr,
+    FP16: tl.constexpr,
 ):
-    """DESC: store through a tensor descriptor (TMA on Hopper: whole lines from shared memory, clipped at the
-    edges), in two [BLOCK_R, BLOCK_K // 2] halves; the host checked TMA's rules. Else masked pointer stores."""
-    if DESC:
-        desc = tl.make_tensor_descriptor(out_ptr, [rows, K], [stride_out, 1], [BLOCK_R, BLOCK_K // 2])
     num_r = tl.cdiv(rows, BLOCK_R)
     num_tiles = num_r * tl.cdiv(K, BLOCK_K)
     for tile in tl.range(tl.program_id(0), num_tiles, num_programs, num_stages=2):
@@ -29,11 +25,6 @@ def mx_expand_kernel(
         # [BLOCK_R, BLOCK_K]: rows past the end are wrapped for the load and masked at the store
         b_w = mx_weight_tile(data_ptr, scales_ptr, offs_r % rows, stride_data, stride_scales, k0, K,
                              BLOCK_R, BLOCK_K, EVEN_K, INTERPRETER, FP16)
-        if DESC:
-            left, right = tl.split(b_w.reshape(BLOCK_R, 2, BLOCK_K // 2).permute(0, 2, 1))
-            desc.store([pid_r * BLOCK_R, k0], left)
-            desc.store([pid_r * BLOCK_R, k0 + BLOCK_K // 2], right)
-        else:
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            mask = (offs_r < rows)[:, None] & (offs_k < K)[None, :]
-            tl.store(out_ptr + offs_r[:, None] * stride_out + offs_k[None, :], b_w, mask=mask)
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        mask = (offs_r < rows)[:, None] & (offs_k < K)[None, :]
+        tl.store(out_ptr + offs_r[:, None] * stride_out + offs_k[None, :], b_w, mask=mask)
