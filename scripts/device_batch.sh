@@ -177,6 +177,15 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           $PY scripts/profile_shapes.py --mxfp4 --both --shapes 4096x4096x4096" ;;
     expand2) step expand2 150 $PY scripts/sweep_expand.py \
                --variants "128,512,8;128,512,16;256,512,16" ;;
+    depth) # few-tile Stream-K: deeper pipelines for 64 x 128 / 128 x 64 pointer tiles (all tiles split, grid aligned)
+      DEPTH="64x128x64 w4 s6 sk;64x128x64 w4 s4 sk;128x64x64 w4 s6 sk;128x128x64 w4 s4 sk;128x128x64 w4 s6 sk;\
+64x128x128 w4 s3 sk"
+      step depth 400 bash -c "
+        $PY scripts/sweep_configs.py --variants '$DEPTH' --shapes 512x512x32768,256x1024x16384,1024x1024x16384,\
+384x1024x16384,256x2048x8192,512x1024x16384,768x768x16384,256x512x32768,640x640x16384,1024x1024x8192;
+        $PY scripts/sweep_configs.py --num-sms 66 --variants '$DEPTH' --shapes 512x512x32768,256x1024x16384;
+        $PY scripts/sweep_configs.py --num-sms 100 --shapes 512x512x32768,256x1024x16384 \
+          --variants '128x128x64 w8 s4 tma sk;128x128x64 w8 s4 tma sk noalign'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
