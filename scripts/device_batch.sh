@@ -186,6 +186,13 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
         $PY scripts/sweep_configs.py --num-sms 66 --variants '$DEPTH' --shapes 512x512x32768,256x1024x16384;
         $PY scripts/sweep_configs.py --num-sms 100 --shapes 512x512x32768,256x1024x16384 \
           --variants '128x128x64 w8 s4 tma sk;128x128x64 w8 s4 tma sk noalign'" ;;
+    deep2) # the planner with the deeper few-tile pipeline (plan._deep_streamk) against the plans it replaced
+      step deep2 300 bash -c "
+        $PY scripts/sweep_configs.py --shapes 512x512x32768,256x1024x16384,256x2048x8192,256x512x32768,256x256x65536 \
+          --variants '128x128x64 w8 s4 tma sk;128x64x64 w4 s4 sk;64x128x64 w4 s4 sk';
+        $PY scripts/sweep_configs.py --num-sms 100 --shapes 256x1024x16384 --variants '128x128x64 w8 s4 tma sk';
+        $PY scripts/sweep_configs.py --num-sms 66 --shapes 256x512x32768,256x256x65536 \
+          --variants '128x128x64 w8 s4 tma sk;128x64x64 w4 s4 sk'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

@@ -112,6 +112,26 @@ def test_streamk_grid_aligned_to_tiles(tiles, k_iters, budget, programs):
     assert streamk_split(tiles, k_iters, budget) == (0, programs)
 
 
+@pytest.mark.parametrize(("shape", "num_sms", "dtype", "expected"), [
+    # Every tile split over a grid aligned to the tiles: 64 x 128 pointer tiles with 6 stages (measured faster).
+    ((512, 512, 32768), None, torch.bfloat16, ((64, 128, 64), 6, 128)),
+    ((256, 1024, 16384), None, torch.float16, ((64, 128, 64), 6, 128)),
+    ((256, 2048, 8192), None, torch.bfloat16, ((64, 128, 64), 6, 128)),
+    # Where 128 x 128 tiles measured faster: fewer parts per tile, a budget, or 64 x 128 tiles not aligned.
+    ((512, 512, 32768), 66, torch.bfloat16, ((128, 128, 64), 4, 64)),
+    ((1024, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 128)),
+    ((384, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 120)),
+    ((768, 768, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 132)),
+    # Not measured for fp8 (128-byte K steps of 128 elements): the 4-stage cap stands.
+    ((512, 512, 32768), None, torch.float8_e4m3fn, ((128, 64, 128), 4, 128)),
+])
+def test_few_tile_streamk_takes_a_deeper_pipeline_on_aligned_grids(shape, num_sms, dtype, expected):
+    plan = make_plan(*shape, dtype, H200, num_sms=num_sms)
+    cfg = plan.config
+    assert plan.schedule == "streamk" and plan.dp_tiles == 0
+    assert ((cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_stages, plan.num_programs) == expected
+
+
 @pytest.mark.parametrize("n", [6144, 10240, 28672])
 def test_decode_shapes_balance_the_bytes_each_program_streams(n):
     # M = 16: every program streams a slice of B. With 16 x 64 tiles N / 64 tiles fill an uneven number of waves

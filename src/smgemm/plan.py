@@ -40,6 +40,7 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -107,6 +108,15 @@ _HOPPER_EFFICIENCY_EXPONENT = 0.35
 # There 128 x 128 tiles are not candidates, smaller tiles take 256-byte K steps, and 128 x 256 tiles (still the
 # best when N gives (nearly) a full wave of them: 0.96-0.98x at N = 28672, 57344) run persistent, and only then.
 _SKINNY_MAX_M = 128
+# Few-tile Stream-K over a grid aligned to the tiles: each program streams one contiguous part of one tile's K-loop
+# with nothing else to overlap, and 16-bit 64 x 128 pointer tiles (128-byte K steps) ran 0-14% faster with 6
+# pipeline stages than with 4 on 11 of the 12 shapes and budgets measured (1% slower on the 12th), and as fast as
+# 128 x 64 tiles or faster (docs/performance.md, stop 15). The model charges their iterations _DEEP_FACTOR: with it,
+# it picks the faster of 64 x 128 and 128 x 128 in all 12 cases. (Applied to split grids that are not aligned, it
+# would pick 64 x 128 at 384x1024x16384 and 640x640x16384, where it measured 15-19% slower: the model under-rates
+# what drifting ranges cost small tiles.)
+_DEEP_STAGES = 6
+_DEEP_FACTOR = 0.85
 
 
 @dataclass(frozen=True)
@@ -276,6 +286,17 @@ def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: i
     return modelled_time(cfg, m, n, k, dtype, budget, schedule, l2) / (_SK_MARGIN if schedule == "streamk" else 1.0)
 
 
+def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: int) -> bool:
+    """Whether a Stream-K plan with `cfg` takes the deeper pipeline (_DEEP_STAGES): a 16-bit 64 x 128 pointer-path
+    tile with 128-byte K steps, every tile split over a grid aligned to the tiles (each program one part of one
+    tile's K-loop, `_aligned_programs`)."""
+    if elem != 2 or cfg.tma or (cfg.block_m, cfg.block_n) != (64, 128) or cfg.block_k * elem != 128:
+        return False
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+    split = streamk_split(tiles, math.ceil(k / cfg.block_k), budget)
+    return split is not None and split[0] == 0 and split[1] % tiles == 0
+
+
 def choose_config(
     m: int,
     n: int,
@@ -299,7 +320,8 @@ def choose_config(
         block_k = 128 // elem * (4 if m <= 16 else 2 if m <= _STREAMING_MAX_M or (skinny and not largest) else 1)
         block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
         stage_bytes = (bm + bn) * block_k * elem
-        stages = min(3 if largest else 4, (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes)
+        fit = (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes
+        stages = min(3 if largest else 4, fit)
         if stages < 2:
             continue
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE
@@ -308,9 +330,12 @@ def choose_config(
         for schedule in schedules:
             if skinny and largest and schedule == "streamk":
                 continue
-            cost = _cost(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes)
+            chosen, factor = cfg, 1.0
+            if schedule == "streamk" and fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget):
+                chosen, factor = dataclasses.replace(cfg, num_stages=_DEEP_STAGES), _DEEP_FACTOR
+            cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec.l2_bytes) * factor
             if cost < best_cost:
-                best, best_cost = (cfg, schedule), cost
+                best, best_cost = (chosen, schedule), cost
     if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
         return choose_config(m, n, k, dtype, spec, budget)
     assert best is not None, "the smallest candidate tile always fits"
