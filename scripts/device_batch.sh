@@ -193,6 +193,11 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
         $PY scripts/sweep_configs.py --num-sms 100 --shapes 256x1024x16384 --variants '128x128x64 w8 s4 tma sk';
         $PY scripts/sweep_configs.py --num-sms 66 --shapes 256x512x32768,256x256x65536 \
           --variants '128x128x64 w8 s4 tma sk;128x64x64 w4 s4 sk'" ;;
+    decdepth) # bf16 decode (M = 16): deeper pipelines than the planner's 4 stages
+      step decdepth 240 $PY scripts/sweep_configs.py \
+        --shapes 16x6144x4096,16x4096x4096,16x28672x4096,16x4096x14336,16x10240x8192,16x8192x8192 \
+        --variants "16x64x256 w4 s5 sk;16x64x128 w4 s6 sk;16x64x128 w4 s8 sk;16x64x256 w4 s5;16x64x128 w4 s8;\
+16x32x256 w4 s5" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
