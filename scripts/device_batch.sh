@@ -198,9 +198,14 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
         --shapes 16x6144x4096,16x4096x4096,16x28672x4096,16x4096x14336,16x10240x8192,16x8192x8192 \
         --variants "16x64x256 w4 s5 sk;16x64x128 w4 s6 sk;16x64x128 w4 s8 sk;16x64x256 w4 s5;16x64x128 w4 s8;\
 16x32x256 w4 s5" ;;
+    fp8depth) # fp8 few-tile Stream-K: 6-stage 64 x 128 pointer tiles (128-byte K steps) against the planner
+      step fp8depth 240 $PY scripts/sweep_configs.py --dtype fp8 \
+        --shapes 512x512x32768,256x1024x16384,1024x1024x16384,256x2048x8192,384x1024x16384,256x512x32768 \
+        --variants "64x128x128 w4 s6 sk;64x128x128 w4 s4 sk;128x128x128 w8 s4 tma sk;128x64x128 w4 s6 sk;\
+64x64x128 w4 s6 sk" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
-    tests) step tests 280 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
+    tests) step tests 330 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
