@@ -203,6 +203,12 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
         --shapes 512x512x32768,256x1024x16384,1024x1024x16384,256x2048x8192,384x1024x16384,256x512x32768 \
         --variants "64x128x128 w4 s6 sk;64x128x128 w4 s4 sk;128x128x128 w8 s4 tma sk;128x64x128 w4 s6 sk;\
 64x64x128 w4 s6 sk" ;;
+    fp8val) # the fp8 plans that the deeper few-tile pipeline changed under SM budgets, against the plans they replaced
+      step fp8val 200 bash -c "
+        $PY scripts/sweep_configs.py --dtype fp8 --num-sms 66 --shapes 256x1024x16384,256x512x32768 \
+          --variants '128x128x128 w8 s4 tma sk;64x64x128 w4 s4 sk';
+        $PY scripts/sweep_configs.py --dtype fp8 --num-sms 100 --shapes 256x1024x16384,512x512x32768 \
+          --variants '128x128x128 w8 s4 tma sk;128x64x128 w4 s4 sk'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 330 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

@@ -109,12 +109,13 @@ _HOPPER_EFFICIENCY_EXPONENT = 0.35
 # best when N gives (nearly) a full wave of them: 0.96-0.98x at N = 28672, 57344) run persistent, and only then.
 _SKINNY_MAX_M = 128
 # Few-tile Stream-K over a grid aligned to the tiles: each program streams one contiguous part of one tile's K-loop
-# with nothing else to overlap, and 16-bit 64 x 128 pointer tiles (128-byte K steps) ran 0-14% faster with 6
-# pipeline stages than with 4 on 11 of the 12 shapes and budgets measured (1% slower on the 12th), and as fast as
-# 128 x 64 tiles or faster (docs/performance.md, stop 15). The model charges their iterations _DEEP_FACTOR: with it,
-# it picks the faster of 64 x 128 and 128 x 128 in all 12 cases. (Applied to split grids that are not aligned, it
-# would pick 64 x 128 at 384x1024x16384 and 640x640x16384, where it measured 15-19% slower: the model under-rates
-# what drifting ranges cost small tiles.)
+# with nothing else to overlap, and 64 x 128 pointer tiles with 128-byte K steps ran faster with 6 pipeline stages
+# than with 4: bf16 0-14% on 11 of 12 shapes and budgets (1% slower on the 12th), fp8 2-22% on 5 of 6 (2% slower
+# on the 6th), and as fast as 128 x 64 tiles or faster (docs/performance.md, stop 15). The model charges their
+# iterations _DEEP_FACTOR: with it, it picks the faster of 64 x 128 and 128 x 128 in all 12 bf16 cases, and in the
+# fp8 ones 14-35% faster plans than before or the same. (Applied to split grids that are not aligned, it would pick
+# 64 x 128 at bf16 384x1024x16384 and 640x640x16384, where it measured 15-19% slower: the model under-rates what
+# drifting ranges cost small tiles.)
 _DEEP_STAGES = 6
 _DEEP_FACTOR = 0.85
 
@@ -287,10 +288,10 @@ def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: i
 
 
 def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: int) -> bool:
-    """Whether a Stream-K plan with `cfg` takes the deeper pipeline (_DEEP_STAGES): a 16-bit 64 x 128 pointer-path
-    tile with 128-byte K steps, every tile split over a grid aligned to the tiles (each program one part of one
-    tile's K-loop, `_aligned_programs`)."""
-    if elem != 2 or cfg.tma or (cfg.block_m, cfg.block_n) != (64, 128) or cfg.block_k * elem != 128:
+    """Whether a Stream-K plan with `cfg` takes the deeper pipeline (_DEEP_STAGES): a 16-bit or fp8 64 x 128
+    pointer-path tile with 128-byte K steps, every tile split over a grid aligned to the tiles (each program one
+    part of one tile's K-loop, `_aligned_programs`)."""
+    if elem > 2 or cfg.tma or (cfg.block_m, cfg.block_n) != (64, 128) or cfg.block_k * elem != 128:
         return False
     tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
     split = streamk_split(tiles, math.ceil(k / cfg.block_k), budget)
