@@ -2,7 +2,8 @@
 
 One kernel serves every schedule. Program `pid` of P first takes whole tiles pid, pid + P, ... below `dp_tiles`
 (P == number of tiles for data-parallel, P <= SM budget for persistent). With STREAMK, the K-iterations of the
-remaining tiles are then split evenly over the P programs (see `streamk_tiles`).
+remaining tiles are then split evenly over the P programs, or, when P is a multiple of those tiles, into P / tiles
+near-equal parts of each tile (docs/streamk.md).
 """
 
 import triton
