@@ -209,6 +209,11 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           --variants '128x128x128 w8 s4 tma sk;64x64x128 w4 s4 sk';
         $PY scripts/sweep_configs.py --dtype fp8 --num-sms 100 --shapes 256x1024x16384,512x512x32768 \
           --variants '128x128x128 w8 s4 tma sk;128x64x128 w4 s4 sk'" ;;
+    fp8skinny) # fp8 M = 128: larger tiles, deeper pipelines and Stream-K against the skinny rule's plans
+      step fp8skinny 240 $PY scripts/sweep_configs.py --dtype fp8 \
+        --shapes 128x10240x8192,128x6144x4096,128x4096x14336,128x8192x8192,128x8192x28672 \
+        --variants "128x256x128 w8 s3 tma sk;128x256x128 w8 s3 tma;128x128x128 w8 s4 tma sk;64x128x128 w4 s6 sk;\
+128x64x128 w4 s6 sk;64x128x256 w4 s4 sk" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 330 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
