@@ -214,6 +214,17 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
         --shapes 128x10240x8192,128x6144x4096,128x4096x14336,128x8192x8192,128x8192x28672 \
         --variants "128x256x128 w8 s3 tma sk;128x256x128 w8 s3 tma;128x128x128 w8 s4 tma sk;64x128x128 w4 s6 sk;\
 128x64x128 w4 s6 sk;64x128x256 w4 s4 sk" ;;
+    fp8fix) # hybrid fp8 Stream-K plans that an fp8 factor of 1.3 on the fixup cost would turn persistent
+      step fp8fix 240 bash -c "
+        $PY scripts/sweep_configs.py --dtype fp8 --shapes 2560x2560x8192 --variants '128x256x128 w8 s3 tma';
+        $PY scripts/sweep_configs.py --dtype fp8 --shapes 3072x3072x8192 --variants '128x128x128 w8 s4 tma';
+        $PY scripts/sweep_configs.py --dtype fp8 --shapes 16x28672x4096 --variants '16x64x512 w4 s4';
+        $PY scripts/sweep_configs.py --dtype fp8 --num-sms 32 --shapes 2560x2560x8192 --variants '128x256x128 w8 s3 tma';
+        $PY scripts/sweep_configs.py --dtype fp8 --num-sms 66 --shapes 3072x3072x8192 --variants '128x256x128 w8 s3 tma';
+        $PY scripts/sweep_configs.py --dtype fp8 --num-sms 66 --shapes 128x10240x8192 --variants '128x64x256 w4 s4';
+        $PY scripts/sweep_configs.py --dtype fp8 --num-sms 100 --shapes 1024x8192x8192,4096x4096x14336 \
+          --variants '128x256x128 w8 s3 tma';
+        $PY scripts/sweep_configs.py --dtype fp8 --num-sms 100 --shapes 1024x10240x8192 --variants '128x128x128 w8 s4 tma'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 330 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
