@@ -15,9 +15,12 @@ def test_streamk_against_other_schedules_and_torch():
     import torch
 
     shapes = [(512, 512, 32768), (1024, 1024, 16384), (3072, 3072, 8192)]
-    rows = bench_full_chip(shapes, torch.bfloat16, ["auto", "streamk", "data_parallel", "persistent"])
+    schedules = ["auto", "streamk", "data_parallel", "persistent"]
+    rows = bench_full_chip(shapes, torch.bfloat16, schedules)
     print("\n" + _table(rows))
-    assert all(r["rel err"] < 1e-2 for r in rows)
+    fp8_rows = bench_full_chip([(256, 1024, 16384)], torch.float8_e4m3fn, schedules)  # the deeper few-tile plan
+    print(_table(fp8_rows))
+    assert all(r["rel err"] < 1e-2 for r in rows + fp8_rows)
 
 
 def test_mxfp4_decode_and_large():
