@@ -6,14 +6,12 @@ Compute (GPU). Compilation and warm-up happen outside the profiled range.
 """
 
 import argparse
-import dataclasses
 
 import torch
-from sweep_configs import parse_variant
+from sweep_configs import parse_variant, plan_for_programs_per_sm
 
 import smgemm
 import smgemm._gemm
-from smgemm._device import device_spec
 from smgemm.bench import DTYPES
 
 
@@ -34,9 +32,7 @@ def main():
     if args.config:
         kw["config"], kw["schedule"] = parse_variant(args.config)
     if args.programs_per_sm > 1:
-        spec = device_spec(torch.device("cuda"))
-        spec = dataclasses.replace(spec, num_sms=spec.num_sms * args.programs_per_sm)
-        smgemm._gemm.device_spec = lambda device: spec
+        plan_for_programs_per_sm(args.programs_per_sm)
     dtype = DTYPES[args.dtype]
     calls = []
     for shape in args.shapes.split(","):

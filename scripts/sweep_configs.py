@@ -10,6 +10,7 @@ the whole budget, not over a grid aligned to the tiles; MXFP4 GEMMs also take "s
 
 import argparse
 import contextlib
+import dataclasses
 
 import torch
 
@@ -51,6 +52,15 @@ def unaligned_streamk():
     finally:
         smgemm.plan._SK_ALIGN_FILL = saved
         forget()
+
+
+def plan_for_programs_per_sm(times: int):
+    """Experiment: make smgemm plan for a device with `times` its SMs (several programs per SM; Stream-K then relies
+    on them being resident together). Returns the spec it now plans with."""
+    spec = device_spec(torch.device("cuda"))
+    spec = dataclasses.replace(spec, num_sms=spec.num_sms * times)
+    smgemm._gemm.device_spec = lambda device: spec
+    return spec
 
 
 def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms: float) -> list[dict]:

@@ -8,11 +8,10 @@ through ~256 MB of copies, so that neither side runs from L2.
 """
 
 import argparse
-import dataclasses
 import math
 
 import torch
-from sweep_configs import report, sweep_shape
+from sweep_configs import plan_for_programs_per_sm, report, sweep_shape
 
 import smgemm
 import smgemm._gemm
@@ -40,8 +39,7 @@ def main():
     if args.expand_blocks:
         smgemm._gemm._EXPAND.update(zip(("block_r", "block_k", "warps"), map(int, args.expand_blocks.split(","))))
     if args.programs_per_sm > 1:
-        spec = dataclasses.replace(spec, num_sms=spec.num_sms * args.programs_per_sm)
-        smgemm._gemm.device_spec = lambda device: spec
+        spec = plan_for_programs_per_sm(args.programs_per_sm)
         print(f"experiment: planning for {spec.num_sms} SMs ({args.programs_per_sm} programs per SM)")
     rows = []
     for shape in args.shapes.split(","):

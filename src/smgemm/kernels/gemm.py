@@ -85,9 +85,10 @@ def gemm_kernel(
         aligned = num_programs == parts * sk_tiles
         part_tile = pid // parts
         part_no = pid % parts
-        start = tl.where(aligned, part_tile * k_iters + part_no * k_iters // parts, pid * base + tl.minimum(pid, extra))
+        even_start = pid * base + tl.minimum(pid, extra)
+        start = tl.where(aligned, part_tile * k_iters + part_no * k_iters // parts, even_start)
         end = tl.where(aligned, part_tile * k_iters + (part_no + 1) * k_iters // parts,
-                       pid * base + tl.minimum(pid, extra) + base + (pid < extra).to(tl.int32))
+                       even_start + base + (pid < extra).to(tl.int32))
         # Workspace: fp32 tiles, slot p < P holding program p's published partial, slot P + t the finishing program's
         # own partial of split tile t; then one int64 flag per program. A flag holds `epoch` (this launch's random
         # id) while its partial is published, and is reset to 0 by the one program that reads it.
