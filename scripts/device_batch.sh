@@ -177,6 +177,11 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           $PY scripts/profile_shapes.py --mxfp4 --both --shapes 4096x4096x4096" ;;
     expand2) step expand2 150 $PY scripts/sweep_expand.py \
                --variants "128,512,8;128,512,16;256,512,16" ;;
+    twopass) step twopass 250 $PY scripts/sweep_twopass.py ;;
+    expand3) # more programs than SMs where the whole chip is allowed (a streaming kernel wants more warps per SM)
+      step expand3 200 $PY scripts/sweep_expand.py --shapes 4096x4096,14336x4096 \
+               --variants "128,512,8;128,512,8,2;128,512,8,0;64,512,4,0;64,512,8,0;128,256,8,0;64,256,4,0;32,512,4,0;\
+32,256,4,0;64,1024,8,0" ;;
     depth) # few-tile Stream-K: deeper pipelines for 64 x 128 / 128 x 64 pointer tiles (all tiles split, grid aligned)
       DEPTH="64x128x64 w4 s6 sk;64x128x64 w4 s4 sk;128x64x64 w4 s6 sk;128x128x64 w4 s4 sk;128x128x64 w4 s6 sk;\
 64x128x128 w4 s3 sk"

@@ -11,7 +11,7 @@ import torch
 
 import smgemm
 from reference import assert_gemm_close, randn
-from smgemm._gemm import expand_mxfp4, gemm_mxfp4
+from smgemm._gemm import expand_mxfp4, expand_mxfp4_pair, gemm_mxfp4
 from smgemm.mxfp4 import MXFP4Tensor, quantize_mxfp4
 from smgemm.plan import TileConfig, mx_expands
 
@@ -77,6 +77,22 @@ def test_expansion_pass_is_exact(num_sms, blocks, device):
     torch.testing.assert_close(got, w.dequantize(torch.bfloat16), rtol=0, atol=0, equal_nan=True)
     got16 = expand_mxfp4(w, torch.float16, num_sms, **blocks)
     torch.testing.assert_close(got16, w.dequantize(torch.float32).to(torch.float16), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("num_sms,blocks", [(None, {}), (2, {"block_r": 32, "block_k": 128})])
+def test_expansion_of_two_operands_in_one_launch(num_sms, blocks, device):
+    """Activations and weight of a both-MXFP4 GEMM expand in one launch (tiles of the first operand, then of the
+    second; under a budget one persistent loop crosses from one to the other): each bit for bit its dequantize."""
+    k = 160
+    ws = []
+    for rows in (45, 70):
+        data = torch.randint(0, 256, (rows, k // 2), dtype=torch.uint8, device=device)
+        scales = torch.randint(100, 140, (rows, k // 32), dtype=torch.uint8, device=device)
+        scales[0, :4] = torch.tensor([0, 1, 254, 255], dtype=torch.uint8, device=device)
+        ws.append(MXFP4Tensor(data, scales))
+    got_a, got_w = expand_mxfp4_pair(*ws, torch.bfloat16, num_sms, **blocks)
+    for got, w in zip((got_a, got_w), ws):
+        torch.testing.assert_close(got, w.dequantize(torch.bfloat16), rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("both,dtype", [(False, torch.bfloat16), (False, torch.float16), (True, torch.bfloat16)])

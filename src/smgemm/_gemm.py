@@ -472,8 +472,11 @@ def gemm_mxfp4(
     if expand:  # two passes; `gemm` checks input and out (only an out that overlaps an MXFP4 operand is left)
         if out is not None:
             _check_c_and_out(c, out, beta, m, n, out_dtype, device, operands)
-        a_dense = expand_mxfp4(a, dot_dtype, num_sms) if isinstance(a, MXFP4Tensor) else a
-        return gemm(a_dense, expand_mxfp4(w, dot_dtype, num_sms).t(), c=c, alpha=alpha, beta=beta, out=out,
+        if isinstance(a, MXFP4Tensor):
+            a_dense, w_dense = expand_mxfp4_pair(a, w, dot_dtype, num_sms)
+        else:
+            a_dense, w_dense = a, expand_mxfp4(w, dot_dtype, num_sms)
+        return gemm(a_dense, w_dense.t(), c=c, alpha=alpha, beta=beta, out=out,
                     out_dtype=out_dtype, schedule=schedule, num_sms=num_sms, config=config, smid_out=smid_out)
     c, out, has_c = _check_c_and_out(c, out, beta, m, n, out_dtype, device, operands)
     if m == 0 or n == 0:
@@ -494,33 +497,53 @@ def gemm_mxfp4(
     return out
 
 
-# The expansion kernel's blocks and warps: 3.1 TB/s of bytes moved on the H200 (device copy: 4.0), where 64 x 256
-# blocks with 4 warps gave 2.2 (scripts/sweep_expand.py, docs/performance.md).
+# The expansion kernel's blocks and warps. Under an SM budget: a persistent grid of at most `num_sms` programs
+# with 128 x 512 blocks and 8 warps (3.1 TB/s of bytes moved on the H200, device copy 4.0; 64 x 256 with 4 warps
+# gave 2.2). On the whole chip: one program per 32 x 512 block with 4 warps, many resident per SM (a streaming
+# kernel wants warps in flight): 4096 x 4096 15.8 -> 13.0 us, 14336 x 4096 47.6 -> 42.7 (docs/performance.md,
+# stop 16; scripts/sweep_expand.py).
 _EXPAND = {"block_r": 128, "block_k": 512, "warps": 8}
+_EXPAND_CHIP = {"block_r": 32, "block_k": 512, "warps": 4, "per_sm": 0}
 
 
 def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None, **blocks: int) -> torch.Tensor:
     """The values of a 2-D MXFP4Tensor as a new [rows, K] `dtype` tensor (bf16: exact; fp16: rounded once), computed
-    by at most `num_sms` programs (the GEMM's SM budget). `blocks` overrides `_EXPAND` (sweeps)."""
+    by at most `num_sms` programs (the GEMM's SM budget). `blocks` overrides the blocks, warps and `per_sm`
+    (programs per SM, 0 for one per block; whole chip only) of `_EXPAND` / `_EXPAND_CHIP` (sweeps)."""
+    return _expand((t,), dtype, num_sms, blocks)[0]
+
+
+def expand_mxfp4_pair(a: MXFP4Tensor, w: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None,
+                      **blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`expand_mxfp4` of two MXFP4Tensors with the same K (a GEMM's activations and weight), in one launch."""
+    return _expand((a, w), dtype, num_sms, blocks)
+
+
+def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None, blocks: dict) -> list:
     from .kernels.mx_expand import mx_expand_kernel
 
-    opts = {**_EXPAND, **blocks}
-    rows, k = t.shape
-    out = _empty((rows, k), dtype, t.device)
+    opts = {**(_EXPAND if num_sms is not None else _EXPAND_CHIP), **blocks}
+    device, k = ts[0].device, ts[0].shape[1]
+    outs = [_empty((t.shape[0], k), dtype, device) for t in ts]
     block_k = min(opts["block_k"], max(32, 1 << (k - 1).bit_length()))
-    tiles = -(-rows // opts["block_r"]) * -(-k // block_k)
-    grid = max(1, min(tiles, resolve_budget(num_sms, device_spec(t.device))))
-    args = (t.data, t.scales, out, rows, k, t.data.stride(0), t.scales.stride(0), out.stride(0), grid)
+    tiles = sum(-(-t.shape[0] // opts["block_r"]) for t in ts) * -(-k // block_k)
+    budget = resolve_budget(num_sms, device_spec(device))
+    if num_sms is None and opts.get("per_sm") is not None:
+        budget = tiles if opts["per_sm"] == 0 else budget * opts["per_sm"]
+    grid = max(1, min(tiles, budget))
+    ops = [(t.data, t.scales, out, t.shape[0], t.data.stride(0), t.scales.stride(0), out.stride(0))
+           for t, out in zip(ts, outs)]
+    args = (*ops[0], *ops[-1], k, grid)
     meta = dict(BLOCK_R=opts["block_r"], BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-                INTERPRETER=t.device.type == "cpu", FP16=dtype == torch.float16)
-    if t.device.type != "cuda":
+                INTERPRETER=device.type == "cpu", FP16=dtype == torch.float16, TWO=len(ts) == 2)
+    if device.type != "cuda":
         mx_expand_kernel[(grid,)](*args, **meta)
-        return out
-    key = ("expand", t.device.index, args[3:], *meta.values(), opts["warps"],
-           *(x.data_ptr() % 16 == 0 for x in args[:3]))
-    with torch.cuda.device(t.device):
-        _run_cached(mx_expand_kernel, grid, args, meta, t.device.index, key, num_warps=opts["warps"])
-    return out
+        return outs
+    key = ("expand", device.index, tuple(a for a in args if isinstance(a, int)), *meta.values(), opts["warps"],
+           *(x.data_ptr() % 16 == 0 for x in args if isinstance(x, torch.Tensor)))
+    with torch.cuda.device(device):
+        _run_cached(mx_expand_kernel, grid, args, meta, device.index, key, num_warps=opts["warps"])
+    return outs
 
 
 # Stream-K launch ids. A private generator, so that user code seeding `random` cannot make ids repeat (which would
