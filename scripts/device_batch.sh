@@ -177,6 +177,10 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           $PY scripts/profile_shapes.py --mxfp4 --both --shapes 4096x4096x4096" ;;
     expand2) step expand2 150 $PY scripts/sweep_expand.py \
                --variants "128,512,8;128,512,16;256,512,16" ;;
+    dec32) # decode: 16 x 32 data-parallel tiles where 16 x 64 tiles are fewer than the SMs (stop 13 saw 11.7 vs 13.9 us)
+      step dec32 200 $PY scripts/sweep_mxfp4.py \
+        --shapes 1x4096x4096,16x4096x4096,1x4096x14336,16x4096x14336,16x6144x4096,16x2048x8192,16x5120x5120 \
+        --variants "16x32x512 w4 s4 dp;16x32x512 w4 s4 sk;16x32x256 w4 s4 dp;16x64x512 w4 s4 dp" ;;
     twopass) step twopass 250 $PY scripts/sweep_twopass.py ;;
     expand3) # more programs than SMs where the whole chip is allowed (a streaming kernel wants more warps per SM)
       step expand3 200 $PY scripts/sweep_expand.py --shapes 4096x4096,14336x4096 \

@@ -18,5 +18,5 @@ def test_table_takes_rows_with_different_columns():
 def test_describe_names_schedule_tile_and_mxfp4_flags():
     plan = make_mx_plan(4096, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC)
     assert describe(plan) == "pers 256x128x64 w8 s4 mx_swap mx_prefetch grid 132"
-    plan = make_mx_plan(16, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC)
+    plan = make_mx_plan(16, 4096, 14336, torch.bfloat16, INTERPRETER_SPEC)
     assert describe(plan) == "stre 16x64x512 w4 s4 grid 128 sk 64"  # 64 tiles, each K-loop in 2 parts

@@ -240,8 +240,14 @@ def test_mxfp4_decode_runs_one_program_per_tile_when_tiles_fill_the_device():
     assert make_mx_plan(1, 28672, 4096, torch.bfloat16, H200).num_programs == 448
     # Any budget, even every SM, caps the grid: num_sms is the most programs a GEMM launches.
     assert make_mx_plan(1, 28672, 4096, torch.bfloat16, H200, num_sms=132).num_programs <= 132
-    # Fewer tiles than SMs: Stream-K splits them.
-    assert make_mx_plan(16, 4096, 4096, torch.bfloat16, H200).schedule == "streamk"
+    # Fewer 16 x 64 tiles than SMs: a short K loop runs data-parallel over 16 x 32 tiles when those fill >= 90%
+    # of the SMs; a long one, or too few tiles even then, Stream-K splits.
+    plan = make_mx_plan(16, 4096, 4096, torch.bfloat16, H200)
+    assert (plan.schedule, plan.config.block_n, plan.num_programs) == ("data_parallel", 32, 128)
+    assert make_mx_plan(1, 6144, 4096, torch.bfloat16, H200).num_programs == 192
+    assert make_mx_plan(16, 4096, 14336, torch.bfloat16, H200).schedule == "streamk"
+    assert make_mx_plan(16, 2048, 4096, torch.bfloat16, H200).schedule == "streamk"
+    assert make_mx_plan(16, 4096, 4096, torch.bfloat16, H200, num_sms=132).schedule == "streamk"
     # A budget below the device's, an explicit schedule or config: the grid stays within the budget as always.
     assert make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, num_sms=66).num_programs <= 66
     assert make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, schedule="persistent").num_programs == 132

@@ -386,6 +386,9 @@ def mx_expands(m: int, n: int, k: int, a_mx: bool) -> bool:
     return m >= _MX_EXPAND_MIN and (not a_mx or n >= _MX_EXPAND_MIN)
 
 
+_MX_DECODE_SHORT_K = 4096  # decode K loops up to here run data-parallel over 16 x 32 tiles (make_mx_plan)
+
+
 def make_mx_plan(
     m: int,
     n: int,
@@ -404,14 +407,20 @@ def make_mx_plan(
     * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per
       tile. The decode tile's shared memory lets two programs share an SM, so up to 2 x SMs tiles run at once with
       no Stream-K fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan (docs/performance.md,
-      stop 13). With fewer tiles than SMs Stream-K still splits them; with a budget (even one of every SM) the grid
-      stays within it, as for every GEMM.
+      stop 13). With fewer 16 x 64 tiles than SMs but a short K loop (K <= _MX_DECODE_SHORT_K) and 16 x 32 tiles
+      for >= 90% of the SMs, data-parallel over those narrower tiles: 16 x 4096 x 4096 13.1 -> 11.4 us, 16 x 6144 x
+      4096 17.1 -> 15.8 (stop 16); with longer K loops (5120 and up) Stream-K's split stays faster. Otherwise
+      Stream-K splits the tiles; with a budget (even one of every SM) the grid stays within it, as for every GEMM.
     """
     if config is None:
         config = mx_config(m, n, k)
         if (schedule == "auto" and num_sms is None and config is not None and m <= 16
                 and math.ceil(n / config.block_n) >= spec.num_sms):
             schedule = "data_parallel"  # no budget given: one program per tile, like a data-parallel launch
+        elif (schedule == "auto" and num_sms is None and config is not None and m <= 16 and k <= _MX_DECODE_SHORT_K
+              and math.ceil(n / 32) >= _SK_ALIGN_FILL * spec.num_sms):
+            config = dataclasses.replace(config, block_n=32)
+            schedule = "data_parallel"
         elif schedule == "auto" and 16 < m <= 64:
             schedule = "streamk"  # as measured with mx_config's 64 x 128 tiles (persistent where nothing splits)
     return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)

@@ -69,20 +69,20 @@ def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
 
 # e2m1 pairs to bf16 on the GPU, 4 packed bytes (8 values) per asm block: $4 the bytes b0..b3; $5, $6 the bf16x2
 # scales of (b0, b1) and (b2, b3). Out: $0, $1 the low nibbles' values (even k) of (b0, b1), (b2, b3); $2, $3 the
-# high nibbles' (odd k). Per nibble the 3 magnitude bits go to bf16 bits 8..6 and the sign to bit 15, which reads as
-# the e2m1 value times 2^-126 (the same trick as `e2m1_values`, subnormal for the codes 0 and 0.5); multiplying by
-# 2^126 and by the scale (bf16 multiplies keep subnormals, and every product is exact or overflows to inf) gives
-# the value. About 3 instructions per value, where the fp32 route takes about 10.
+# high nibbles' (odd k). x / h hold the low / high nibbles of the four bytes; per output one PRMT puts two nibbles in
+# the low bits of the two 16-bit halves (a selector nibble with bit 3 set reads a byte below 0x80 as zero), the
+# multiply by 0x1040 (t << 6 plus t << 12, which cannot overlap for 4-bit halves) moves each nibble's 3 magnitude
+# bits to bf16 bits 8..6 and its sign to bit 15, and the mask keeps them: the e2m1 value times 2^-126 (the same trick
+# as `e2m1_values`, subnormal for the codes 0 and 0.5). Multiplying by 2^126 and by the scale (bf16 multiplies keep
+# subnormals, and every product is exact or overflows to inf) gives the value. 23 instructions per 8 values (the
+# shift-and-mask form before stop 16 took 26; the fp32 route about 10 per value).
 def _e2m1x8_to_bf16_asm() -> str:
-    # Per output register: the 3 magnitude bits of a nibble in each 16-bit half of t0 / t1 shifted to bits 8..6, the
-    # sign (3 bits above them) to bit 15; the low nibbles by 6, the high ones (4 bits up) by 2.
-    place = [f"shl.b32 u, {t}, {shift}; shl.b32 v, {t}, {shift + 6}; and.b32 u, u, 0x01C001C0; "
-             f"and.b32 v, v, 0x80008000; or.b32 ${out}, u, v;"
-             for out, (t, shift) in enumerate((("t0", 6), ("t1", 6), ("t0", 2), ("t1", 2)))]
-    scale = [f"mul.rn.bf16x2 ${out}, ${out}, c;" for out in range(4)]
-    scale += [f"mul.rn.bf16x2 ${out}, ${out}, ${5 + out % 2};" for out in range(4)]
-    return "\n".join(["{", ".reg .b32 t0, t1, u, v;", ".reg .b32 c;", "mov.b32 c, 0x7E807E80;",
-                      "prmt.b32 t0, $4, 0, 0x4140;", "prmt.b32 t1, $4, 0, 0x4342;", *place, *scale, "}"])
+    pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; mul.rn.bf16x2 t, t, c; " \
+           "mul.rn.bf16x2 ${out}, t, ${scale};"
+    outs = [pair.format(out=out, sel=sel, scale=5 + out % 2)
+            for out, sel in enumerate(("0x8180", "0x8382", "0x8584", "0x8786"))]
+    return "\n".join(["{", ".reg .b32 x, h, t, c;", "mov.b32 c, 0x7E807E80;", "and.b32 x, $4, 0x0F0F0F0F;",
+                      "shr.b32 h, $4, 4;", "and.b32 h, h, 0x0F0F0F0F;", *outs, "}"])
 
 
 _E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
