@@ -29,7 +29,8 @@ def main():
     p.add_argument("--num-sms", type=int, default=None)
     p.add_argument("--expand", choices=("auto", "on", "off"), default="auto",
                    help="the planner row's MXFP4 path: as planned, or forced to two passes (on) or fused (off)")
-    p.add_argument("--expand-blocks", default="", help="block_r,block_k,warps of the expansion pass")
+    p.add_argument("--expand-blocks", default="",
+                   help="block_r,block_k,warps of the expansion pass (under a budget and on the whole chip)")
     p.add_argument("--programs-per-sm", type=int, default=1,
                    help="experiment: plan persistent / Stream-K grids for a device with this many times its SMs "
                         "(several programs per SM; Stream-K then relies on them being resident together)")
@@ -37,7 +38,9 @@ def main():
     print(environment())
     spec = device_spec(torch.device("cuda"))
     if args.expand_blocks:
-        smgemm._gemm._EXPAND.update(zip(("block_r", "block_k", "warps"), map(int, args.expand_blocks.split(","))))
+        blocks = dict(zip(("block_r", "block_k", "warps"), map(int, args.expand_blocks.split(","))))
+        smgemm._gemm._EXPAND.update(blocks)
+        smgemm._gemm._EXPAND_CHIP.update(blocks)
     if args.programs_per_sm > 1:
         spec = plan_for_programs_per_sm(args.programs_per_sm)
         print(f"experiment: planning for {spec.num_sms} SMs ({args.programs_per_sm} programs per SM)")
