@@ -177,6 +177,10 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           $PY scripts/profile_shapes.py --mxfp4 --both --shapes 4096x4096x4096" ;;
     expand2) step expand2 150 $PY scripts/sweep_expand.py \
                --variants "128,512,8;128,512,16;256,512,16" ;;
+    mx64swap) # M = 64: the weight tile as the wgmma's register operand (swap) and / or expanded a step ahead (prefetch)
+      step mx64swap 240 $PY scripts/sweep_mxfp4.py --shapes 64x4096x4096,64x8192x8192,64x14336x4096 \
+        --variants "64x128x256 w8 s3 sk prefetch;64x128x256 w8 s3 sk swap;64x128x256 w8 s3 sk swap prefetch;\
+64x128x128 w8 s4 sk swap prefetch;64x256x128 w8 s3 sk swap prefetch;64x128x256 w4 s3 sk swap;64x64x256 w4 s3 sk swap" ;;
     dec32) # decode: 16 x 32 data-parallel tiles where 16 x 64 tiles are fewer than the SMs (stop 13 saw 11.7 vs 13.9 us)
       step dec32 200 $PY scripts/sweep_mxfp4.py \
         --shapes 1x4096x4096,16x4096x4096,1x4096x14336,16x4096x14336,16x6144x4096,16x2048x8192,16x5120x5120 \

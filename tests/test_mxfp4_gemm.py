@@ -13,7 +13,7 @@ import smgemm
 from reference import assert_gemm_close, randn
 from smgemm._gemm import expand_mxfp4, expand_mxfp4_pair, gemm_mxfp4
 from smgemm.mxfp4 import MXFP4Tensor, quantize_mxfp4
-from smgemm.plan import TileConfig, mx_expands
+from smgemm.plan import TileConfig, mx_config, mx_expands
 
 SMALL = TileConfig(16, 32, 64, num_warps=4, num_stages=2)
 
@@ -43,6 +43,19 @@ def test_both_operands_mxfp4(schedule, device):
     out = gemm_mxfp4(xq, w, schedule=schedule, num_sms=4, config=SMALL)
     assert out.dtype == torch.bfloat16
     assert_gemm_close(out, xq.dequantize(torch.float32), w.dequantize(torch.float32).t())
+
+
+def test_default_plan_between_decode_and_large_m(device):
+    """16 < M <= 64 under `auto`: mx_config's swapped 64 x 64 tiles, split by Stream-K (rows past M masked in the
+    swapped product's columns), bias and alpha applied once."""
+    m, n, k = 40, 70, 1024
+    cfg = mx_config(m, n, k)
+    assert cfg.mx_swap and (cfg.block_m, cfg.block_n) == (64, 64)
+    x = randn((m, k), torch.bfloat16, device)
+    w = _weight(n, k, device)
+    bias = randn((n,), torch.bfloat16, device)
+    out = gemm_mxfp4(x, w, c=bias, alpha=0.5, num_sms=4)
+    assert_gemm_close(out, x, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
 @pytest.mark.parametrize("swap,split,prefetch", [(False, True, False), (True, True, False), (True, False, True),
@@ -150,7 +163,7 @@ def test_nan_scale_block_gives_nan(device):
 @pytest.mark.parametrize("config", [None, TileConfig(16, 64, 256, num_warps=4, num_stages=4),
                                     TileConfig(256, 128, 64, num_warps=8, num_stages=3, mx_swap=True),
                                     TileConfig(128, 128, 64, num_warps=8, num_stages=3, mx_swap=True, mx_prefetch=True),
-                                    TileConfig(64, 64, 128, mx_split=True), "expand"])
+                                    TileConfig(64, 64, 128, mx_split=True), mx_config(64, 4096, 4096), "expand"])
 def test_every_code_and_scale_is_exact_on_gpu(config):
     """Every byte (two e2m1 codes) under scales from the e8m0 extremes, read back through an identity activation:
     the GPU's bf16 conversion (an asm block the interpreter cannot run) must reproduce `dequantize` exactly."""

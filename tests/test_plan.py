@@ -227,7 +227,7 @@ def test_mxfp4_rules():
     large = mx_config(4096, 4096, 4096)
     assert (large.block_m, large.block_n, large.mx_swap, large.mx_prefetch, large.tma) == (256, 128, True, True, False)
     mid = mx_config(64, 8192, 8192)
-    assert (mid.block_m, mid.block_n, mid.block_k, mid.num_warps) == (64, 128, 256, 8)
+    assert (mid.block_m, mid.block_n, mid.block_k, mid.num_warps, mid.mx_swap) == (64, 64, 256, 4, True)
     assert make_mx_plan(64, 14336, 4096, torch.bfloat16, H200).schedule == "streamk"  # measured split
     assert mx_config(128, 8192, 8192) is None  # between the rules: the dense model
     assert mx_config(4096, 64, 4096) is None

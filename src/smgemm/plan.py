@@ -351,8 +351,10 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
 
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
-    * 16 < M <= 64: 64 x 128 tiles with 256-element K steps and 8 warps, which Stream-K splits: 0.67-0.79x of bf16
-      at M = 64 where the dense model's tiles gave 0.52-0.78x (stop 13);
+    * 16 < M <= 64: 64 x 64 tiles with 256-element K steps and 4 warps, computed as (W @ A^T)^T (`mx_swap`: the
+      expanded weight tile is the wgmma's register operand, no trip through shared memory), which Stream-K splits:
+      0.75-0.80x of bf16 at M = 64, where 64 x 128 tiles unswapped gave 0.68-0.75x in the same run (stop 16) and
+      the dense model's tiles 0.52-0.78x (stop 13);
     * M >= 256 and N >= 128: 256 x 128 tiles (128 weight rows: half the expansion per multiply-add of 128 x 256),
       computed as (W @ A^T)^T (`mx_swap`; the wgmma is then m64n256k16), with the next K step's weight tile expanded
       while this step's dot runs (`mx_prefetch`), A read through pointers: 0.63-0.68x of bf16 cuBLAS, where
@@ -361,7 +363,7 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
     if m <= 16:
         return TileConfig(16, 64, min(512, max(32, _next_pow2(k))), num_warps=4, num_stages=4)
     if m <= 64:
-        return TileConfig(64, 128, min(256, max(32, _next_pow2(k))), num_warps=8, num_stages=3)
+        return TileConfig(64, 64, min(256, max(32, _next_pow2(k))), num_warps=4, num_stages=3, mx_swap=True)
     if m >= 256 and n >= 128:
         return TileConfig(256, 128, min(64, max(32, _next_pow2(k))), num_warps=8, num_stages=4, mx_swap=True,
                           mx_prefetch=True)
@@ -403,7 +405,7 @@ def make_mx_plan(
     """`make_plan` for an MXFP4 GEMM (`dtype`: the dtype its dot runs in): the tile of `mx_config` unless `config`
     is given, and two more measured rules for `auto`:
 
-    * 16 < M <= 64: Stream-K over mx_config's 64 x 128 tiles (the configuration was measured split);
+    * 16 < M <= 64: Stream-K over mx_config's 64 x 64 tiles (the configuration was measured split);
     * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per
       tile. The decode tile's shared memory lets two programs share an SM, so up to 2 x SMs tiles run at once with
       no Stream-K fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan (docs/performance.md,
@@ -422,7 +424,7 @@ def make_mx_plan(
             config = dataclasses.replace(config, block_n=32)
             schedule = "data_parallel"
         elif schedule == "auto" and 16 < m <= 64:
-            schedule = "streamk"  # as measured with mx_config's 64 x 128 tiles (persistent where nothing splits)
+            schedule = "streamk"  # as measured with mx_config's 64 x 64 tiles (persistent where nothing splits)
     return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
 
 
