@@ -416,11 +416,10 @@ def make_mx_plan(
     """
     if config is None:
         config = mx_config(m, n, k)
-        if (schedule == "auto" and num_sms is None and config is not None and m <= 16
-                and math.ceil(n / config.block_n) >= spec.num_sms):
-            schedule = "data_parallel"  # no budget given: one program per tile, like a data-parallel launch
-        elif (schedule == "auto" and num_sms is None and config is not None and m <= 16 and k <= _MX_DECODE_SHORT_K
-              and math.ceil(n / 32) >= _SK_ALIGN_FILL * spec.num_sms):
+        decode = schedule == "auto" and num_sms is None and config is not None and m <= 16  # no budget given
+        if decode and math.ceil(n / config.block_n) >= spec.num_sms:
+            schedule = "data_parallel"  # one program per tile, like a data-parallel launch
+        elif decode and k <= _MX_DECODE_SHORT_K and math.ceil(n / 32) >= _SK_ALIGN_FILL * spec.num_sms:
             config = dataclasses.replace(config, block_n=32)
             schedule = "data_parallel"
         elif schedule == "auto" and 16 < m <= 64:
