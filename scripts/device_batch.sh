@@ -36,7 +36,7 @@ for s in "$@"; do
     tp) step tp 150 bash -c "$PY -m smgemm bench tp --shape 8192x8192x7168;
                              $PY -m smgemm bench tp --shape 8192x8192x7168 --nccl-channels 8;
                              $PY -m smgemm bench tp --nccl-channels 8" ;;
-    tune) step tune 300 $PY -m smgemm tune --show 6 --out "$OUT/tuned.json" --shapes "${TUNE_SHAPES:-\
+    tune) step tune "${TUNE_LIMIT:-300}" $PY -m smgemm tune --show 6 --out "$OUT/tuned.json" --shapes "${TUNE_SHAPES:-\
 16x6144x4096,16x10240x8192,16x4096x14336,128x6144x4096,128x4096x4096,128x8192x8192,128x4096x14336,\
 1024x6144x4096,1024x10240x8192,1024x1024x1024,2048x2048x2048}" ;;
     streamk) step streamk 130 $PY -m smgemm bench --suite streamk --dtype bf16 \
@@ -239,6 +239,7 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           --variants '128x256x128 w8 s3 tma';
         $PY scripts/sweep_configs.py --dtype fp8 --num-sms 100 --shapes 1024x10240x8192 --variants '128x128x128 w8 s4 tma'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
+    floor) step floor 150 $PY scripts/probe_twopass_floor.py ;;  # both-MXFP4 two-pass time, part by part
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 330 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;
     perf) step perf 240 $PY -m pytest -q -s -p no:cacheprovider tests -m performance ;;

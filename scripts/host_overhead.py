@@ -38,6 +38,21 @@ def main():
     stream = torch.cuda.current_stream().cuda_stream
     full = (*tensors, *ints, G._epoch(), *floats, *meta.values())
     rows.append({"call": "cached launcher alone", "us": per_call(lambda: launcher(*full, stream=stream))})
+    # Below Triton's runner: its CudaLauncher (scratch allocation in Python), then the generated C function itself,
+    # given the tensors (it calls data_ptr and cuPointerGetAttribute on each) or their addresses as ints.
+    kernel = next(c.cell_contents for c in launcher.__closure__ if hasattr(c.cell_contents, "packed_metadata"))
+    run, grid = kernel.run, plan.num_programs
+    scratch = (torch.empty(grid * run.global_scratch_size, dtype=torch.int8, device="cuda")
+               if run.global_scratch_size else None)
+    head = (grid, 1, 1, stream, kernel.function)
+    rows.append({"call": "CudaLauncher (Python)", "us": per_call(
+        lambda: run(*head, kernel.packed_metadata, None, None, None, *full))})
+    c_head = (*head, run.launch_cooperative_grid, run.launch_pdl, scratch, None, kernel.packed_metadata, None, None,
+              None)
+    rows.append({"call": "C launch, tensors", "us": per_call(lambda: run.launch(*c_head, *full))})
+    ptrs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x for x in full)
+    rows.append({"call": "C launch, int addresses", "us": per_call(lambda: run.launch(*c_head, *ptrs))})
+    rows.append({"call": "data_ptr() x tensors", "us": per_call(lambda: [t.data_ptr() for t in tensors])})
     rows.append({"call": "torch.matmul", "us": per_call(lambda: torch.matmul(a, b))})
     w = smgemm.quantize_mxfp4(torch.randn(64, 64, device="cuda"))
     rows.append({"call": "smgemm.linear, MXFP4 weight (fused)", "us": per_call(lambda: smgemm.linear(a, w))})

@@ -43,9 +43,9 @@ def test_tune_picks_the_fastest_and_the_planner_uses_it(tmp_path, monkeypatch, d
     spec = device_spec(torch.device(device))
     wanted = TileConfig(16, 64, 64, num_warps=4, num_stages=2)
 
-    def timer(fn):
-        fn()
-        return 1.0 if fn.__defaults__[2] == wanted else 2.0
+    def timer(fn, sets):
+        fn(*sets[0])
+        return 1.0 if fn.__defaults__[0] == wanted else 2.0
 
     entries = tuning.tune([(48, 64, 128)], torch.float16, num_sms=3, device=device, timer=timer, log=None)
     assert len(entries) == 1 and entries[0]["config"]["block_n"] == 64 and entries[0]["num_sms"] == 3
