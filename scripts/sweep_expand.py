@@ -18,7 +18,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="4096x4096,14336x4096,8192x8192", help="comma list of NxK weights")
     p.add_argument("--variants", default="64,256,4;64,256,8;128,256,8;128,128,4;32,512,4;64,512,8;128,512,8",
-                   help="semicolon list of block_r,block_k,warps[,programs per SM (0: one per tile)]")
+                   help="semicolon list of block_r,block_k,warps[,programs per SM (0: one per tile)[,words 0/1]]")
     p.add_argument("--num-sms", type=int, default=None)
     args = p.parse_args()
     print(environment())
@@ -33,8 +33,8 @@ def main():
         rows.append({"weight": shape, "variant": "device copy (same output)", "us": t * 1e3,
                      "GB/s": 2 * n * k * 2 / t / 1e6, "exact": ""})
         for variant in args.variants.split(";"):
-            block_r, block_k, warps, *per_sm = (int(v) for v in variant.split(","))
-            extra = {"per_sm": per_sm[0]} if per_sm else {}
+            block_r, block_k, warps, *rest = (int(v) for v in variant.split(","))
+            extra = dict(zip(("per_sm", "words"), rest))
 
             def run(w, _=None, block_r=block_r, block_k=block_k, warps=warps, extra=extra):
                 return expand_mxfp4(w, torch.bfloat16, args.num_sms, block_r=block_r, block_k=block_k, warps=warps,
@@ -42,7 +42,7 @@ def main():
 
             exact = torch.equal(run(ws[0]).view(torch.int16), ref.view(torch.int16))
             t = _time_rotating(run, [(w, None) for w in ws])
-            grid = f" per_sm {per_sm[0]}" if per_sm else ""
+            grid = "".join(f" {key} {value}" for key, value in extra.items())
             rows.append({"weight": shape, "variant": f"{block_r}x{block_k} w{warps}{grid}", "us": t * 1e3,
                          "GB/s": moved / t / 1e6, "exact": exact})
             print(rows[-1], flush=True)
