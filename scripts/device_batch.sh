@@ -101,7 +101,6 @@ for s in "$@"; do
 128x256x64 w8 s4 swap prefetch';
       $PY scripts/sweep_mxfp4.py --both --shapes 8192x8192x8192 \
         --variants '256x128x64 w8 s4 swap prefetch;256x128x64 w8 s4 swap;256x128x64 w8 s4 split swap'" ;;
-    mxtests) step mxtests 200 $PY -m pytest -q -p no:cacheprovider tests/test_mxfp4_gemm.py ;;
     mxdecode) # decode grids: data-parallel (all tiles resident at once when they fit 2 per SM) against Stream-K
       step mxdecode 200 $PY scripts/sweep_mxfp4.py \
         --shapes 1x4096x4096,16x4096x4096,1x8192x8192,16x14336x4096,1x14336x4096,16x4096x14336,16x28672x4096 \
