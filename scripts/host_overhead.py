@@ -37,10 +37,13 @@ def main():
                  "us": per_call(lambda: real_launch(plan, tensors, ints, floats, meta, launcher))})
     stream = torch.cuda.current_stream().cuda_stream
     full = (*tensors, *ints, G._epoch(), *floats, *meta.values())
-    rows.append({"call": "cached launcher alone", "us": per_call(lambda: launcher(*full, stream=stream))})
+    rows.append({"call": "cached launcher alone (direct C launch)", "us": per_call(lambda: launcher(full, stream))})
+    rows.append({"call": "Triton's runner (until stop 17)",
+                 "us": per_call(lambda: launcher.runner(*full, stream=stream))})
     # Below Triton's runner: its CudaLauncher (scratch allocation in Python), then the generated C function itself,
     # given the tensors (it calls data_ptr and cuPointerGetAttribute on each) or their addresses as ints.
-    kernel = next(c.cell_contents for c in launcher.__closure__ if hasattr(c.cell_contents, "packed_metadata"))
+    kernel = next(c.cell_contents for c in launcher.runner.__closure__
+                  if hasattr(c.cell_contents, "packed_metadata"))
     run, grid = kernel.run, plan.num_programs
     scratch = (torch.empty(grid * run.global_scratch_size, dtype=torch.int8, device="cuda")
                if run.global_scratch_size else None)

@@ -72,6 +72,27 @@ def test_cached_launcher_respects_alignment_and_strides():
             assert_gemm_close(smgemm.matmul(a, b), a, b)
 
 
+@pytest.mark.parametrize("shape", [(16, 64, 64), (1024, 1024, 1024)], ids=str)  # pointer path; TMA (scratch)
+def test_cached_launches_still_call_triton_launch_hooks(shape):
+    # Repeat calls launch through Triton's C launch function directly, unless a launch hook (a profiler) is set.
+    from triton import knobs
+
+    m, n, k = shape
+    a, b = randn((m, k), torch.bfloat16, "cuda"), randn((n, k), torch.bfloat16, "cuda").t()
+    for _ in range(2):
+        assert_gemm_close(smgemm.matmul(a, b), a, b)
+    seen = []
+    hook = seen.append
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert_gemm_close(smgemm.matmul(a, b), a, b)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(seen) == 1
+    assert_gemm_close(smgemm.matmul(a, b), a, b)
+    assert len(seen) == 1
+
+
 def test_offsets_beyond_int32():
     # A view whose last element sits 2^31+ elements past its first: 32-bit offsets would wrap.
     big = torch.empty((8, 2**28 + 1), dtype=torch.bfloat16, device="cuda")

@@ -15,6 +15,7 @@ import random
 from typing import NamedTuple
 
 import torch
+from triton import knobs
 from triton.runtime import _allocation
 
 from ._device import device_spec, interpreter_active, tf32_enabled
@@ -583,28 +584,72 @@ def _epoch() -> int:
 # Launchers of compiled kernels, keyed on everything Triton specializes a compilation on (and more): device,
 # plan, meta-parameters, the int arguments' values, the tensors' dtypes and 16-byte alignment. Filled on first
 # use of a key; calling the launcher directly saves ~20 us of host time per call over Triton's launch path.
-_LAUNCHERS: dict[tuple, object] = {}
+_LAUNCHERS: dict[tuple, _Launcher] = {}
 
 
-def _run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, key: tuple | None, launcher=None,
-                **compile_opts):
+class _Launcher:
+    """One compiled kernel on one grid, launched with as little host work as Triton 3.6 allows.
+
+    Triton's own per-call path (`CompiledKernel[grid](...)`: a Python runner, launch metadata, `CudaLauncher`'s
+    scratch allocation, two calls of empty hook chains) costs ~6 us of host time on the H200's host above its
+    generated C launch function, which this calls directly with the same arguments (docs/performance.md, host
+    overhead). The global scratch in which
+    device-built tensor descriptors live comes from PyTorch's caching allocator on the current device and stream.
+    While Triton's launch hooks are set (a profiler), and where the compiled kernel is not laid out as expected, the
+    launch goes through Triton's runner instead.
+    """
+
+    def __init__(self, compiled, grid: int):
+        self.runner = compiled[(grid, 1, 1)]
+        self.grid = grid
+        try:
+            run = compiled.run
+            direct = run.profile_scratch_size == 0 and callable(run.launch)
+            self.c_launch = run.launch if direct else None
+            self.fixed = (compiled.function, run.launch_cooperative_grid, run.launch_pdl)
+            self.scratch_bytes = grid * run.num_ctas * run.global_scratch_size
+            self.metadata = compiled.packed_metadata
+        except AttributeError:  # another Triton's internals: its runner only
+            self.c_launch = None
+
+    def __call__(self, args: tuple, stream: int) -> None:
+        hooks = knobs.runtime
+        if self.c_launch is None or _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
+            token = _allocation._allocator.set(_scratch)
+            try:
+                self.runner(*args, stream=stream)
+            finally:
+                _allocation._allocator.reset(token)
+            return
+        scratch = _scratch(self.scratch_bytes, 128, stream) if self.scratch_bytes else None
+        self.c_launch(self.grid, 1, 1, stream, *self.fixed, scratch, None, self.metadata, None, None, None, *args)
+
+
+def _hooked(hook) -> bool:
+    """Whether a Triton launch hook does anything (Triton 3.6 keeps an always-present chain of hooks, empty unless a
+    profiler adds one; a plain callable counts as active)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, key: tuple | None,
+                launcher: _Launcher | None = None, **compile_opts) -> _Launcher:
     """Launch `kernel` on the current stream through the cached launcher of `key` (or the `launcher` given); the
     first launch of a key compiles (and runs) through Triton and caches the launcher. Returns the launcher.
 
     Triton asks the allocator in its context variable for the global scratch in which device-built tensor
-    descriptors live; ours is set for this launch only, so that other Triton users' allocator (or none) is left as
-    it was."""
+    descriptors live; ours is set for the compiling launch only, so that other Triton users' allocator (or none) is
+    left as it was (cached launches allocate their scratch themselves)."""
     if launcher is None:
         launcher = _LAUNCHERS.get(key)
-    token = _allocation._allocator.set(_scratch)
-    try:
-        if launcher is None:
+    if launcher is None:
+        token = _allocation._allocator.set(_scratch)
+        try:
             compiled = kernel[(grid,)](*args, **meta, **compile_opts)
-            launcher = _LAUNCHERS[key] = compiled[(grid, 1, 1)]
-        else:
-            launcher(*args, *meta.values(), stream=torch._C._cuda_getCurrentRawStream(device_index))
-    finally:
-        _allocation._allocator.reset(token)
+        finally:
+            _allocation._allocator.reset(token)
+        launcher = _LAUNCHERS[key] = _Launcher(compiled, grid)
+    else:
+        launcher((*args, *meta.values()), torch._C._cuda_getCurrentRawStream(device_index))
     return launcher
 
 

@@ -33,25 +33,29 @@ def _expand_tile(tile, data_ptr, scales_ptr, out_ptr, rows, K, stride_data, stri
 def _expand_words(tile, data_ptr, scales_ptr, out_ptr, rows, K, stride_data, stride_scales, stride_out,
                   BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """`_expand_tile` to bf16 with 32-bit words: `data_ptr` an int32 view of the packed data ([rows, K / 8], 8 values
-    a word), `out_ptr` an int32 view of the output ([rows, K / 2], a bf16 pair a word), strides in words. The tile
-    is [BLOCK_R, groups, 4 words] (a group: the 32 values of one scale), so that a thread loads a group's 16 bytes
-    at once, broadcasts its scale, and stores the group's 64 bytes of bf16 as they lie in memory."""
-    GROUPS: tl.constexpr = BLOCK_K // 32
+    a word), `out_ptr` an int32 view of the output ([rows, K / 2], a bf16 pair a word), strides in words. The tile's
+    BLOCK_R x W words are one flat range: a lane loads one word (consecutive lanes, consecutive words) and stores its
+    16 bytes of bf16 next to its neighbours', both accesses coalesced in one register layout, nothing shuffled
+    through shared memory in between."""
+    W: tl.constexpr = BLOCK_K // 8
     num_r = tl.cdiv(rows, BLOCK_R)
     pid_r, pid_k = tile % num_r, tile // num_r
-    offs_r = (pid_r * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    offs_g = pid_k * GROUPS + tl.arange(0, GROUPS)
-    mask = (offs_r < rows)[:, None] & (offs_g < K // 32)[None, :]
-    scales = tl.load(scales_ptr + offs_r[:, None] * stride_scales + offs_g[None, :], mask=mask, other=127)
-    p_words = (data_ptr + offs_r[:, None, None] * stride_data + (4 * offs_g)[None, :, None]
-               + tl.arange(0, 4)[None, None, :])
-    words = tl.load(p_words, mask=mask[:, :, None], other=0)  # [BR, G, 4]
-    o0, o1, o2, o3 = mx_words_to_bf16(words, tl.broadcast_to(scales[:, :, None], (BLOCK_R, GROUPS, 4)), INTERPRETER)
-    # [BR, G, 4, 2, 2], [.., w, i, j] = output 2i + j of word w (join appends the new axis last): memory order
-    out = tl.join(tl.join(o0, o2), tl.join(o1, o3)).reshape(BLOCK_R, 16 * GROUPS)
-    offs_o = pid_k * 16 * GROUPS + tl.arange(0, 16 * GROUPS)
-    mask = (offs_r < rows)[:, None] & (offs_o < K // 2)[None, :]
-    tl.store(out_ptr + offs_r[:, None] * stride_out + offs_o[None, :], out, mask=mask)
+    # `tile >> 31` is 0 (tile < 2^31) but hides the words' contiguity from Triton, which would otherwise load 4 words
+    # per lane (16-byte loads) and then move them through shared memory to the one-word-per-lane layout below.
+    idx = tl.arange(0, BLOCK_R * W) ^ (tile >> 31)
+    offs_r = pid_r * BLOCK_R + idx // W
+    offs_w = pid_k * W + idx % W
+    mask = (offs_r < rows) & (offs_w < K // 8)
+    words = tl.load(data_ptr + offs_r.to(tl.int64) * stride_data + offs_w, mask=mask, other=0)
+    scales = tl.load(scales_ptr + offs_r.to(tl.int64) * stride_scales + offs_w // 4, mask=mask, other=127)
+    o0, o1, o2, o3 = mx_words_to_bf16(words, scales, INTERPRETER)
+    # [BR * W, 2, 2], [w, i, j] = output 2i + j of word w (join appends the new axis last): memory order
+    out = tl.join(tl.join(o0, o2), tl.join(o1, o3)).reshape(4 * BLOCK_R * W)
+    offs = tl.arange(0, 4 * BLOCK_R * W)
+    offs_r = pid_r * BLOCK_R + offs // (4 * W)
+    offs_o = pid_k * 4 * W + offs % (4 * W)
+    mask = (offs_r < rows) & (offs_o < K // 2)
+    tl.store(out_ptr + offs_r.to(tl.int64) * stride_out + offs_o, out, mask=mask)
 
 
 @triton.jit
