@@ -238,10 +238,6 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           --variants '128x256x128 w8 s3 tma';
         $PY scripts/sweep_configs.py --dtype fp8 --num-sms 100 --shapes 1024x10240x8192 --variants '128x128x128 w8 s4 tma'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
-    expand4) # the 32-bit-word expansion (words 1) against the byte route (words 0), several blocks
-      step expand4 200 $PY scripts/sweep_expand.py --shapes 4096x4096,14336x4096 \
-               --variants "32,512,4,0,0;32,512,4,0,1;16,512,4,0,1;64,512,4,0,1;32,256,4,0,1;32,1024,4,0,1;\
-64,512,8,0,1;16,1024,4,0,1" ;;
     mxtests) step mxtests 200 $PY -m pytest -q -p no:cacheprovider tests/test_mxfp4_gemm.py ;;
     floor) step floor 150 $PY scripts/probe_twopass_floor.py ;;  # both-MXFP4 two-pass time, part by part
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;

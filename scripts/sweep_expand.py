@@ -18,7 +18,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="4096x4096,14336x4096,8192x8192", help="comma list of NxK weights")
     p.add_argument("--variants", default="64,256,4;64,256,8;128,256,8;128,128,4;32,512,4;64,512,8;128,512,8",
-                   help="semicolon list of block_r,block_k,warps[,programs per SM (0: one per tile)[,words 0/1]]")
+                   help="semicolon list of block_r,block_k,warps[,programs per SM (0: one per tile)]")
     p.add_argument("--num-sms", type=int, default=None)
     args = p.parse_args()
     print(environment())
@@ -34,7 +34,7 @@ def main():
                      "GB/s": 2 * n * k * 2 / t / 1e6, "exact": ""})
         for variant in args.variants.split(";"):
             block_r, block_k, warps, *rest = (int(v) for v in variant.split(","))
-            extra = dict(zip(("per_sm", "words"), rest))
+            extra = dict(zip(("per_sm",), rest))
 
             def run(w, _=None, block_r=block_r, block_k=block_k, warps=warps, extra=extra):
                 return expand_mxfp4(w, torch.bfloat16, args.num_sms, block_r=block_r, block_k=block_k, warps=warps,

@@ -11,7 +11,7 @@ import torch
 
 import smgemm
 from reference import assert_gemm_close, randn
-from smgemm._gemm import expand_mxfp4, expand_mxfp4_pair, gemm_mxfp4, word_route
+from smgemm._gemm import expand_mxfp4, expand_mxfp4_pair, gemm_mxfp4
 from smgemm.mxfp4 import MXFP4Tensor, quantize_mxfp4
 from smgemm.plan import TileConfig, mx_config, mx_expands
 
@@ -76,11 +76,11 @@ def test_kernel_variants(swap, split, prefetch, both, device):
 
 
 @pytest.mark.parametrize("num_sms,blocks,pad", [(None, {}, 0), (2, {"block_r": 32, "block_k": 128}, 0),
-                                                (None, {}, 4), (2, {"block_r": 32, "block_k": 128}, 2)])
+                                                (2, {"block_r": 32, "block_k": 128}, 3)])
 def test_expansion_pass_is_exact(num_sms, blocks, pad, device):
     """The two-pass path's expansion (kernels.mx_expand): every byte value under extreme and ordinary scales, rows
-    and K not multiples of its blocks, bit for bit equal to `dequantize` (bf16), or its one rounding (fp16). Packed
-    rows padded by `pad` bytes: whole 32-bit words (4) keep the word route, 2 takes the byte route."""
+    and K not multiples of its blocks, bit for bit equal to `dequantize` (bf16), or its one rounding (fp16); packed
+    rows contiguous or padded by `pad` bytes (an odd row stride)."""
     rows, k = 70, 288  # 64-row blocks and 256-wide K blocks with tails; 9 scale groups per row
     data = torch.randint(0, 256, (rows, k // 2 + pad), dtype=torch.uint8, device=device)[:, :k // 2]
     data[0, :128] = torch.arange(128, 256, dtype=torch.uint8, device=device)
@@ -88,7 +88,6 @@ def test_expansion_pass_is_exact(num_sms, blocks, pad, device):
     scales = torch.randint(100, 140, (rows, k // 32), dtype=torch.uint8, device=device)
     scales[:2, :4] = torch.tensor([0, 1, 254, 255], dtype=torch.uint8, device=device)
     w = MXFP4Tensor(data, scales)
-    assert word_route((w,), torch.bfloat16) == (pad % 4 == 0) and not word_route((w,), torch.float16)
     got = expand_mxfp4(w, torch.bfloat16, num_sms, **blocks)  # small blocks: 3 x 3 tiles on 2 programs
     torch.testing.assert_close(got, w.dequantize(torch.bfloat16), rtol=0, atol=0, equal_nan=True)
     got16 = expand_mxfp4(w, torch.float16, num_sms, **blocks)

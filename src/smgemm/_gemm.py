@@ -510,8 +510,7 @@ _EXPAND_CHIP = {"block_r": 32, "block_k": 512, "warps": 4, "per_sm": 0}
 def expand_mxfp4(t: MXFP4Tensor, dtype: torch.dtype, num_sms: int | None = None, **blocks: int) -> torch.Tensor:
     """The values of a 2-D MXFP4Tensor as a new [rows, K] `dtype` tensor (bf16: exact; fp16: rounded once), computed
     by at most `num_sms` programs (the GEMM's SM budget). `blocks` overrides the blocks, warps and `per_sm`
-    (programs per SM, 0 for one per block; whole chip only) of `_EXPAND` / `_EXPAND_CHIP`, and `words=0` turns the
-    32-bit-word route off (sweeps)."""
+    (programs per SM, 0 for one per block; whole chip only) of `_EXPAND` / `_EXPAND_CHIP` (sweeps)."""
     return _expand((t,), dtype, num_sms, blocks)[0]
 
 
@@ -519,13 +518,6 @@ def expand_mxfp4_pair(a: MXFP4Tensor, w: MXFP4Tensor, dtype: torch.dtype, num_sm
                       **blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`expand_mxfp4` of two MXFP4Tensors with the same K (a GEMM's activations and weight), in one launch."""
     return _expand((a, w), dtype, num_sms, blocks)
-
-
-def word_route(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype) -> bool:
-    """Whether the expansion reads the packed data as 32-bit words (kernels.mx_expand._expand_words): bf16 output,
-    and every operand's rows are whole aligned words (base and row stride multiples of 4 bytes)."""
-    return dtype == torch.bfloat16 and all(
-        t.data.stride(1) == 1 and t.data.stride(0) % 4 == 0 and t.data.data_ptr() % 4 == 0 for t in ts)
 
 
 def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None, blocks: dict) -> list:
@@ -540,16 +532,11 @@ def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None
     if num_sms is None and opts.get("per_sm") is not None:
         budget = tiles if opts["per_sm"] == 0 else budget * opts["per_sm"]
     grid = max(1, min(tiles, budget))
-    words = opts.get("words", True) and word_route(ts, dtype)
-    if words:
-        ops = [(t.data.view(torch.int32), t.scales, out.view(torch.int32), t.shape[0], t.data.stride(0) // 4,
-                t.scales.stride(0), out.stride(0) // 2) for t, out in zip(ts, outs)]
-    else:
-        ops = [(t.data, t.scales, out, t.shape[0], t.data.stride(0), t.scales.stride(0), out.stride(0))
-               for t, out in zip(ts, outs)]
+    ops = [(t.data, t.scales, out, t.shape[0], t.data.stride(0), t.scales.stride(0), out.stride(0))
+           for t, out in zip(ts, outs)]
     args = (*ops[0], *ops[-1], k, grid)
     meta = dict(BLOCK_R=opts["block_r"], BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-                INTERPRETER=device.type == "cpu", FP16=dtype == torch.float16, TWO=len(ts) == 2, WORDS=words)
+                INTERPRETER=device.type == "cpu", FP16=dtype == torch.float16, TWO=len(ts) == 2)
     if device.type != "cuda":
         mx_expand_kernel[(grid,)](*args, **meta)
         return outs

@@ -42,9 +42,9 @@ def round_to_bf16_rtne(x):
 
 
 @triton.jit
-def e2m1_scaled(codes, s):
-    """fp32 values of e2m1 `codes` (uint 0..15) times the e8m0 scales `s` (uint8, the same shape). Exact (e2m1 times
-    a power of two); NaN for scale 255."""
+def e2m1_values(codes, scales, ROWS: tl.constexpr, COLS: tl.constexpr, GROUP: tl.constexpr):
+    """[ROWS, COLS] fp32 values of e2m1 `codes` (uint8 0..15) times their e8m0 `scales` (uint8 [ROWS, COLS // GROUP],
+    one per GROUP consecutive columns). Exact (e2m1 times a power of two); NaN for scale 255."""
     codes = codes.to(tl.uint32)
     # An e2m1 code's 3 magnitude bits placed at fp32 bits 24..22 (exponent field = the e2m1 exponent e, top mantissa
     # bit = m) read as 2^(e - 127) * 1.m for e > 0 and as the subnormal 2^-127 * 0.m for e = 0: the e2m1 value times
@@ -53,17 +53,10 @@ def e2m1_scaled(codes, s):
     value = bits.to(tl.float32, bitcast=True) * 8.507059173023462e37  # 2^126
     # 2^(s - 127) from its bits: exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN). Bit arithmetic, not
     # exp2, whose fast GPU form flushes subnormals.
-    s = s.to(tl.uint32)
+    s = scales.to(tl.uint32)
     scale_bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
-    return value * scale_bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def e2m1_values(codes, scales, ROWS: tl.constexpr, COLS: tl.constexpr, GROUP: tl.constexpr):
-    """[ROWS, COLS] fp32 values of e2m1 `codes` (uint8 0..15) times their e8m0 `scales` (uint8 [ROWS, COLS // GROUP],
-    one per GROUP consecutive columns): `e2m1_scaled` with each scale broadcast over its group."""
-    s = tl.broadcast_to(scales[:, :, None], (ROWS, COLS // GROUP, GROUP))
-    return e2m1_scaled(codes.reshape(ROWS, COLS // GROUP, GROUP), s).reshape(ROWS, COLS)
+    scale = scale_bits.to(tl.float32, bitcast=True)
+    return (value.reshape(ROWS, COLS // GROUP, GROUP) * scale[:, :, None]).reshape(ROWS, COLS)
 
 
 @triton.jit
@@ -93,45 +86,6 @@ def _e2m1x8_to_bf16_asm() -> str:
 
 
 _E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
-
-
-# The same conversion for one 32-bit word of packed data (8 consecutive values, one scale): $4 the word, $5 the bf16x2
-# scale. Out: $0..$3 the bf16 pairs (values 2q, 2q + 1) = (low, high nibble of byte q), i.e. the 8 values in memory
-# order, ready to store as 16 bytes. The PRMT selectors take byte q of x and of h into the two 16-bit halves (bytes
-# 0 and 2 of the result) and zeros (sign-replicated bytes below 0x80) into bytes 1 and 3.
-def _e2m1_word_to_bf16_asm() -> str:
-    pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; mul.rn.bf16x2 t, t, c; " \
-           "mul.rn.bf16x2 ${out}, t, $5;"
-    outs = [pair.format(out=q, sel=hex(0xC480 + 0x1111 * q)) for q in range(4)]
-    return "\n".join(["{", ".reg .b32 x, h, t, c;", "mov.b32 c, 0x7E807E80;", "and.b32 x, $4, 0x0F0F0F0F;",
-                      "shr.b32 h, $4, 4;", "and.b32 h, h, 0x0F0F0F0F;", *outs, "}"])
-
-
-_E2M1_WORD_TO_BF16: tl.constexpr = tl.constexpr(_e2m1_word_to_bf16_asm())
-
-
-@triton.jit
-def _bf16_pair_bits(words, s, SHIFT: tl.constexpr):
-    """The interpreter's route for one output of `mx_words_to_bf16`: the bf16 bits of the two nibbles of byte
-    SHIFT // 8 of each word, low nibble in the low half (fp32 arithmetic, exact, then the top 16 bits)."""
-    lo = e2m1_scaled((words >> SHIFT) & 0xF, s).to(tl.uint32, bitcast=True) >> 16
-    hi = e2m1_scaled((words >> (SHIFT + 4)) & 0xF, s).to(tl.uint32, bitcast=True) >> 16
-    return (lo | (hi << 16)).to(tl.int32, bitcast=True)
-
-
-@triton.jit
-def mx_words_to_bf16(words, scales, INTERPRETER: tl.constexpr):
-    """MXFP4 data as 32-bit words (8 consecutive values each, element 8j + 2q in the low and 8j + 2q + 1 in the high
-    nibble of byte q) with each word's e8m0 scale (`scales` uint8, the same shape) to bf16, exactly: four int32
-    tensors of that shape, output q holding the bf16 pair (8j + 2q, 8j + 2q + 1), low half first."""
-    words = words.to(tl.uint32, bitcast=True)
-    if INTERPRETER:
-        return (_bf16_pair_bits(words, scales, 0), _bf16_pair_bits(words, scales, 8),
-                _bf16_pair_bits(words, scales, 16), _bf16_pair_bits(words, scales, 24))
-    s = scales.to(tl.uint32)
-    scale = tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7)).to(tl.uint32)
-    return tl.inline_asm_elementwise(_E2M1_WORD_TO_BF16, "=r,=r,=r,=r,r,r", [words, scale | (scale << 16)],
-                                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
 
 
 @triton.jit

@@ -10,7 +10,7 @@ the same expansion as the fused kernel (`common.mx_weight_tile`).
 import triton
 import triton.language as tl
 
-from .common import mx_weight_tile, mx_words_to_bf16
+from .common import mx_weight_tile
 
 
 @triton.jit
@@ -30,61 +30,20 @@ def _expand_tile(tile, data_ptr, scales_ptr, out_ptr, rows, K, stride_data, stri
 
 
 @triton.jit
-def _expand_words(tile, data_ptr, scales_ptr, out_ptr, rows, K, stride_data, stride_scales, stride_out,
-                  BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
-    """`_expand_tile` to bf16 with 32-bit words: `data_ptr` an int32 view of the packed data ([rows, K / 8], 8 values
-    a word), `out_ptr` an int32 view of the output ([rows, K / 2], a bf16 pair a word), strides in words. The tile's
-    BLOCK_R x W words are one flat range: a lane loads one word (consecutive lanes, consecutive words) and stores its
-    16 bytes of bf16 next to its neighbours', both accesses coalesced in one register layout, nothing shuffled
-    through shared memory in between."""
-    W: tl.constexpr = BLOCK_K // 8
-    num_r = tl.cdiv(rows, BLOCK_R)
-    pid_r, pid_k = tile % num_r, tile // num_r
-    # `tile >> 31` is 0 (tile < 2^31) but hides the words' contiguity from Triton, which would otherwise load 4 words
-    # per lane (16-byte loads) and then move them through shared memory to the one-word-per-lane layout below.
-    idx = tl.arange(0, BLOCK_R * W) ^ (tile >> 31)
-    offs_r = pid_r * BLOCK_R + idx // W
-    offs_w = pid_k * W + idx % W
-    mask = (offs_r < rows) & (offs_w < K // 8)
-    words = tl.load(data_ptr + offs_r.to(tl.int64) * stride_data + offs_w, mask=mask, other=0)
-    scales = tl.load(scales_ptr + offs_r.to(tl.int64) * stride_scales + offs_w // 4, mask=mask, other=127)
-    o0, o1, o2, o3 = mx_words_to_bf16(words, scales, INTERPRETER)
-    # [BR * W, 2, 2], [w, i, j] = output 2i + j of word w (join appends the new axis last): memory order
-    out = tl.join(tl.join(o0, o2), tl.join(o1, o3)).reshape(4 * BLOCK_R * W)
-    offs = tl.arange(0, 4 * BLOCK_R * W)
-    offs_r = pid_r * BLOCK_R + offs // (4 * W)
-    offs_o = pid_k * 4 * W + offs % (4 * W)
-    mask = (offs_r < rows) & (offs_o < K // 2)
-    tl.store(out_ptr + offs_r.to(tl.int64) * stride_out + offs_o, out, mask=mask)
-
-
-@triton.jit
-def _expand_one(tile, data_ptr, scales_ptr, out_ptr, rows, K, stride_data, stride_scales, stride_out,
-                BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr,
-                FP16: tl.constexpr, WORDS: tl.constexpr):
-    if WORDS:
-        _expand_words(tile, data_ptr, scales_ptr, out_ptr, rows, K, stride_data, stride_scales, stride_out,
-                      BLOCK_R, BLOCK_K, INTERPRETER)
-    else:
-        _expand_tile(tile, data_ptr, scales_ptr, out_ptr, rows, K, stride_data, stride_scales, stride_out,
-                     BLOCK_R, BLOCK_K, EVEN_K, INTERPRETER, FP16)
-
-
-@triton.jit
 def mx_expand_kernel(
     data0_ptr, scales0_ptr, out0_ptr, rows0, stride_data0, stride_scales0, stride_out0,
     data1_ptr, scales1_ptr, out1_ptr, rows1, stride_data1, stride_scales1, stride_out1,
     K, num_programs,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr,
-    FP16: tl.constexpr, TWO: tl.constexpr, WORDS: tl.constexpr,
+    FP16: tl.constexpr, TWO: tl.constexpr,
 ):
     k_tiles = tl.cdiv(K, BLOCK_K)
     tiles0 = tl.cdiv(rows0, BLOCK_R) * k_tiles
     num_tiles = tiles0 + tl.cdiv(rows1, BLOCK_R) * k_tiles if TWO else tiles0
     for tile in tl.range(tl.program_id(0), num_tiles, num_programs, num_stages=2):
         if TWO and tile >= tiles0:
-            _expand_one(tile - tiles0, data1_ptr, scales1_ptr, out1_ptr, rows1, K, stride_data1, stride_scales1,
-                        stride_out1, BLOCK_R, BLOCK_K, EVEN_K, INTERPRETER, FP16, WORDS)
+            _expand_tile(tile - tiles0, data1_ptr, scales1_ptr, out1_ptr, rows1, K, stride_data1, stride_scales1,
+                         stride_out1, BLOCK_R, BLOCK_K, EVEN_K, INTERPRETER, FP16)
         else:
-            _expand_one(tile, data0_ptr, scales0_ptr, out0_ptr, rows0, K, stride_data0, stride_scales0,
-                        stride_out0, BLOCK_R, BLOCK_K, EVEN_K, INTERPRETER, FP16, WORDS)
+            _expand_tile(tile, data0_ptr, scales0_ptr, out0_ptr, rows0, K, stride_data0, stride_scales0,
+                         stride_out0, BLOCK_R, BLOCK_K, EVEN_K, INTERPRETER, FP16)
