@@ -238,6 +238,14 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           --variants '128x256x128 w8 s3 tma';
         $PY scripts/sweep_configs.py --dtype fp8 --num-sms 100 --shapes 1024x10240x8192 --variants '128x128x128 w8 s4 tma'" ;;
     sktests) step sktests 200 $PY -m pytest -q -p no:cacheprovider tests/test_streamk.py tests/test_gpu.py ;;
+    tiebreak) # 64 x 128 against 128 x 64 tiles where the tile model ties (M = 128, 1024^3): the planner takes 128 x 64
+      step tiebreak 300 bash -c "
+        $PY scripts/sweep_configs.py --shapes 1024x1024x1024,128x6144x4096,128x8192x8192,128x10240x8192,128x4096x14336 \
+          --variants '64x128x128 w4 s4 sk;128x64x128 w4 s4 sk;64x128x128 w4 s4;128x64x128 w4 s4;64x128x64 w4 s4;128x64x64 w4 s4';
+        $PY scripts/sweep_configs.py --dtype fp8 --shapes 1024x1024x1024,128x8192x8192 \
+          --variants '64x128x256 w4 s4;128x64x256 w4 s4;64x128x128 w4 s4;128x64x128 w4 s4';
+        $PY scripts/sweep_configs.py --num-sms 66 --shapes 128x4096x8192,128x8192x8192 \
+          --variants '64x128x128 w4 s4;128x64x128 w4 s4'" ;;
     mxtests) step mxtests 200 $PY -m pytest -q -p no:cacheprovider tests/test_mxfp4_gemm.py ;;
     floor) step floor 150 $PY scripts/probe_twopass_floor.py ;;  # both-MXFP4 two-pass time, part by part
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
