@@ -246,6 +246,12 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           --variants '64x128x256 w4 s4;128x64x256 w4 s4;64x128x128 w4 s4;128x64x128 w4 s4';
         $PY scripts/sweep_configs.py --num-sms 66 --shapes 128x4096x8192,128x8192x8192 \
           --variants '64x128x128 w4 s4;128x64x128 w4 s4'" ;;
+    longsteps) # persistent 16-bit 4-warp tiles with 128-element K steps (the planner now) against 64 (before)
+      step longsteps 200 bash -c "
+        $PY scripts/sweep_configs.py --shapes 1024x1024x1024,512x2048x2048,768x768x768 \
+          --variants '128x64x64 w4 s4;128x64x128 w4 s4;128x64x64 w4 s4;128x64x128 w4 s4';
+        $PY scripts/sweep_configs.py --dtype fp16 --shapes 1024x1024x1024,768x768x768 --variants '128x64x64 w4 s4';
+        $PY scripts/sweep_configs.py --num-sms 100 --shapes 768x768x768 --variants '128x64x64 w4 s4'" ;;
     mxtests) step mxtests 200 $PY -m pytest -q -p no:cacheprovider tests/test_mxfp4_gemm.py ;;
     floor) step floor 150 $PY scripts/probe_twopass_floor.py ;;  # both-MXFP4 two-pass time, part by part
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
