@@ -263,3 +263,13 @@ def test_mxfp4_expands_operands_first_only_where_the_gemm_is_compute_bound():
     assert not mx_expands(16, 8192, 8192, a_mx=False) and not mx_expands(256, 14336, 4096, a_mx=False)
     # Expanding MXFP4 activations costs M x K: worth it only when N is large too.
     assert mx_expands(4096, 256, 4096, a_mx=False) and not mx_expands(4096, 256, 4096, a_mx=True)
+
+
+def test_persistent_four_warp_tiles_take_long_k_steps():
+    # 16-bit persistent 4-warp tiles: 128-element K steps at any M (1024^3: -10% on the H200); fp8's steps are
+    # already 128 elements; few-tile Stream-K keeps 128-byte steps for its deeper pipeline.
+    for dtype in (torch.bfloat16, torch.float16, torch.float8_e4m3fn):
+        plan = make_plan(1024, 1024, 1024, dtype, H200)
+        assert plan.schedule == "persistent" and plan.config.num_warps == 4 and plan.config.block_k == 128
+    sk = make_plan(256, 1024, 16384, torch.bfloat16, H200)
+    assert sk.schedule == "streamk" and sk.config.block_k * 2 == 128 and sk.config.num_stages == 6
