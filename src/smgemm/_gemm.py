@@ -580,10 +580,9 @@ class _Launcher:
     Triton's own per-call path (`CompiledKernel[grid](...)`: a Python runner, launch metadata, `CudaLauncher`'s
     scratch allocation, two calls of empty hook chains) costs ~6 us of host time on the H200's host above its
     generated C launch function, which this calls directly with the same arguments (docs/performance.md, host
-    overhead). The global scratch in which
-    device-built tensor descriptors live comes from PyTorch's caching allocator on the current device and stream.
-    While Triton's launch hooks are set (a profiler), and where the compiled kernel is not laid out as expected, the
-    launch goes through Triton's runner instead.
+    overhead). The global scratch in which device-built tensor descriptors live comes from PyTorch's caching
+    allocator on the current device and stream. While Triton's launch hooks are set (a profiler), and where the
+    compiled kernel is not laid out as expected, the launch goes through Triton's runner instead.
     """
 
     def __init__(self, compiled, grid: int):

@@ -119,10 +119,11 @@ _SKINNY_MAX_M = 128
 # drifting ranges cost small tiles.)
 _DEEP_STAGES = 6
 _DEEP_FACTOR = 0.85
-# _LONG_STEPS: persistent 16-bit 4-warp tiles (128 x 64, 64 x 128, 64 x 64) take 128-element (256-byte) K steps at
-# every M, as the skinny and streaming rules already give them below M = 128: 1024^3 ran 9.7 -> 8.7 us (-10%) and
-# 9.9 -> 9.0 in two runs on the H200 (docs/performance.md, stop 17). Stream-K keeps 128-byte steps, which its
-# deeper few-tile pipeline (_deep_streamk) was measured with.
+# Persistent 16-bit 4-warp tiles (128 x 64, 64 x 128, 64 x 64) take K steps of at least this many bytes at every M,
+# as the skinny and streaming rules already give them below M = 128: 1024^3 ran 9.7 -> 8.7 us (-10%) and 9.9 -> 9.0
+# in two runs on the H200 (docs/performance.md, stop 17). Stream-K keeps 128-byte steps, which its deeper few-tile
+# pipeline (_deep_streamk) was measured with.
+_LONG_STEP_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -337,9 +338,9 @@ def choose_config(
             if skinny and largest and schedule == "streamk":
                 continue
             chosen, factor = cfg, 1.0
-            if schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem == 128 and k >= 128 \
-                    and 2 * stage_bytes * stages <= spec.smem_per_block - _SMEM_RESERVE:
-                chosen = dataclasses.replace(cfg, block_k=2 * block_k)  # see _LONG_STEPS
+            if schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
+                    and fit * block_k * elem >= stages * _LONG_STEP_BYTES:
+                chosen = dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem)
             if schedule == "streamk" and fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget):
                 chosen, factor = dataclasses.replace(cfg, num_stages=_DEEP_STAGES), _DEEP_FACTOR
             cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec.l2_bytes) * factor

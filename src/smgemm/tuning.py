@@ -123,7 +123,7 @@ def tune(
     per call of `fn(a, b)`. With `show` > 0 the log also lists that many of the fastest candidates of each shape.
     """
     from ._gemm import gemm
-    from .bench import _copies_for
+    from .bench import _copies_for, describe
 
     device = torch.device(device)
     spec = device_spec(device)
@@ -161,8 +161,6 @@ def tune(
         timed.sort(key=lambda t: t[0])
         ms, cfg, schedule = timed[0]
         if log:
-            from .bench import describe
-
             planner_ms = timer(lambda a, b: gemm(a, b, num_sms=num_sms), sets)
             log(f"{m}x{n}x{k} {_DTYPE_NAMES[dtype]} on {budget} SMs: {_short(cfg, schedule)} ({ms * 1e3:.1f} us); "
                 f"the planner's {describe(planned)}: {planner_ms * 1e3:.1f} us")
