@@ -118,6 +118,62 @@ def test_two_streams_at_once():
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
+@pytest.mark.parametrize("path", ["pointer", "hopper", "streamk", "mx_fused", "mx_two_pass", "fp8"])
+def test_every_launch_path_on_the_second_gpu_while_cuda0_is_current(path):
+    """Each kind of launch (pointer tiles, the Hopper path's device-built descriptors in Triton's scratch, a Stream-K
+    workspace, the fused and two-pass MXFP4 kernels, fp8 with scales) on cuda:1 while cuda:0 is current: first
+    call, repeat calls (the cached direct launch) and a CUDA graph captured on cuda:1; the same call on cuda:0 in
+    between must not share a cached launch with it."""
+    shapes = {"pointer": (100, 200, 300), "hopper": (1024, 2048, 512), "streamk": (256, 384, 8192),
+              "mx_fused": (16, 4096, 512), "mx_two_pass": (1024, 512, 512), "fp8": (512, 1024, 1024)}
+    m, n, k = shapes[path]
+
+    def operands(device):
+        if path.startswith("mx"):
+            x = randn((m, k), torch.bfloat16, device)
+            w = smgemm.quantize_mxfp4(torch.randn(n, k, device=device))
+            return (x, w), lambda: smgemm.linear(x, w), (x, w.dequantize(torch.float32).t())
+        dtype = torch.float8_e4m3fn if path == "fp8" else torch.bfloat16
+        a = randn((m, k), torch.float32, device).to(dtype)
+        b = randn((n, k), torch.float32, device).to(dtype).t()
+        if path == "fp8":
+            sa = torch.rand(m, 1, device=device) + 0.5
+            sb = torch.rand(1, n, device=device) + 0.5
+            return (a, b), lambda: smgemm.matmul(a, b, scale_a=sa, scale_b=sb), (a, b, sa, sb)
+        return (a, b), lambda: smgemm.matmul(a, b), (a, b)
+
+    def check(out, ref):
+        if path == "fp8":
+            a, b, sa, sb = ref
+            assert_gemm_close(out, a, b, scale_a=sa, scale_b=sb)
+        else:
+            assert_gemm_close(out, *ref)
+
+    _, call1, ref1 = operands("cuda:1")
+    _, call0, ref0 = operands("cuda:0")
+    with torch.cuda.device(0):
+        first = call1()
+        assert first.device == torch.device("cuda:1")
+        check(first, ref1)
+        check(call0(), ref0)  # same signature but cuda:0: its own plan and launcher
+        for _ in range(3):
+            assert torch.equal(call1(), first)
+    with torch.cuda.device(1):
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            call1()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = call1()
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+    assert torch.equal(captured, first)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
 def test_second_gpu():
     with torch.cuda.device(0):
         a = randn((333, 256), torch.bfloat16, "cuda:1")
