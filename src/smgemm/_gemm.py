@@ -10,7 +10,6 @@ with `c` anything broadcastable to (M, N) (a bias along N, a full matrix, ...), 
 
 from __future__ import annotations
 
-import contextlib
 import random
 from typing import NamedTuple
 
@@ -644,9 +643,10 @@ def _launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, 
     which a caller may pass back for a launch with the same ints, meta, dtypes and alignment."""
     device = tensors[2].device
     # Triton launches on the current device: make it the tensors' device (cuda:1 ...) for the launch.
-    other_device = device.type == "cuda" and device.index != torch.cuda.current_device()
-    with torch.cuda.device(device) if other_device else contextlib.nullcontext():
-        return _launch_on(device, plan, tensors, ints, floats, meta, launcher)
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return _launch_on(device, plan, tensors, ints, floats, meta, launcher)
+    return _launch_on(device, plan, tensors, ints, floats, meta, launcher)
 
 
 def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:

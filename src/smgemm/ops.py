@@ -66,8 +66,13 @@ def _resolve(schedule: str | None, num_sms: int | None) -> tuple[str, int | None
 
 
 def _tracked(*tensors) -> bool:
-    """Whether autograd must record this call (then it goes through the custom op)."""
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+    """Whether autograd must record this call (then it goes through the custom op). A plain loop: on every eager
+    call, where a generator expression cost 0.4 µs more."""
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if getattr(t, "requires_grad", False):  # None, non-tensors (rejected later by name), MXFP4Tensor: False
+                return True
+    return False
 
 
 def _run(
