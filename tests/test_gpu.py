@@ -158,15 +158,17 @@ def test_every_launch_path_on_the_second_gpu_while_cuda0_is_current(path):
         check(call0(), ref0)  # same signature but cuda:0: its own plan and launcher
         for _ in range(3):
             assert torch.equal(call1(), first)
+    # torch.cuda.graph without `stream=` captures on one process-wide stream, created on the device current at its
+    # first use: created under cuda:1 it breaks every later capture on cuda:0 (pure torch too, torch 2.11:
+    # scripts/probe_two_gpu_graphs.py). So the capture gets a stream of cuda:1 explicitly.
+    side = torch.cuda.Stream(device=1)
+    side.wait_stream(torch.cuda.current_stream(1))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):  # warm-up on the capture stream
+        call1()
+    with torch.cuda.graph(graph, stream=side):
+        captured = call1()
     with torch.cuda.device(1):
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            call1()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = call1()
         captured.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
