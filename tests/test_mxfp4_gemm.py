@@ -75,6 +75,19 @@ def test_kernel_variants(swap, split, prefetch, both, device):
     assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
+@pytest.mark.parametrize("rows,m,k", [(4, 37, 224), (2, 40, 96)])
+@pytest.mark.parametrize("schedule", ["persistent", "streamk"])
+def test_row_blocks(rows, m, k, schedule, device):
+    """`mx_rows`: one expanded weight tile feeds a dot per 16-row block of the tile. Rows past M (wrapped reads,
+    masked stores), a K tail (k not a multiple of the 64-element step), Stream-K partials, bias and alpha."""
+    cfg = TileConfig(16 * rows, 32, 64, num_warps=4, num_stages=2, mx_rows=rows)
+    x = randn((m, k), torch.bfloat16, device)
+    w = _weight(70, k, device)
+    bias = randn((70,), torch.bfloat16, device)
+    out = gemm_mxfp4(x, w, c=bias, alpha=0.5, schedule=schedule, num_sms=4, config=cfg)
+    assert_gemm_close(out, x, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
+
+
 @pytest.mark.parametrize("num_sms,blocks,pad", [(None, {}, 0), (2, {"block_r": 32, "block_k": 128}, 0),
                                                 (2, {"block_r": 32, "block_k": 128}, 3)])
 def test_expansion_pass_is_exact(num_sms, blocks, pad, device):

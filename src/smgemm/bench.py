@@ -201,6 +201,7 @@ def describe(plan) -> str:
     cfg = plan.config
     split = f" sk {plan.sk_tiles}" if plan.sk_tiles else ""
     flags = "".join(f" {name}" for name in ("mx_swap", "mx_split", "mx_prefetch") if getattr(cfg, name))
+    flags += f" mx_rows {cfg.mx_rows}" if cfg.mx_rows > 1 else ""
     return (f"{plan.schedule[:4]} {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages}"
             f"{flags} grid {plan.num_programs}{split}")
 

@@ -144,6 +144,7 @@ class TileConfig:
     mx_split: bool = False  # the weight's low and high nibbles feed two dots (even / odd k), not interleaved
     mx_swap: bool = False  # compute (W @ A^T)^T: the weight tile is the dot's left operand (measured faster)
     mx_prefetch: bool = False  # expand the next K step's weight tile while this step's dot runs (not with mx_split)
+    mx_rows: int = 1  # row blocks: the tile's rows feed mx_rows dots of block_m / mx_rows rows, one expanded tile
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
