@@ -39,7 +39,7 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
-                    mx_split=False, mx_swap=False, mx_prefetch=False, mx_rows=1):
+                    mx_split=False, mx_swap=False, mx_prefetch=False):
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -51,7 +51,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   A_DESC=0 if a_mx or not tma else 1 if layout[0] == "n" else 2,
                   B_DESC=0 if b_mx or not tma else 1 if layout[1] == "n" else 2, FLATTEN=flatten,
                   D_DESC=tma_store, MX_SPLIT=mx_split, MX_SWAP=mx_swap,
-                  MX_PREFETCH=mx_prefetch and not mx_split, MX_ROWS=mx_rows, **unit)
+                  MX_PREFETCH=mx_prefetch and not mx_split, **unit)
     signature = {}
     for name in names:
         if name in consts:
@@ -127,7 +127,6 @@ def main():
     p.add_argument("--mx-split", action="store_true")
     p.add_argument("--mx-swap", action="store_true")
     p.add_argument("--mx-prefetch", action="store_true")
-    p.add_argument("--mx-rows", type=int, default=1, help="row blocks of the MXFP4 tile (TileConfig.mx_rows)")
     p.add_argument("--ptx", action="store_true", help="print the PTX")
     p.add_argument("--sass", action="store_true", help="the K loop's instruction mix (per thread, per K step)")
     p.add_argument("--ttgir", action="store_true", help="print the TTGIR")
@@ -136,7 +135,7 @@ def main():
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
                              a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
                              tma_store=args.tma_store, layout=args.layout, mx_split=args.mx_split,
-                             mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, mx_rows=args.mx_rows)
+                             mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch)
     if args.ptx:
         print(kernel.asm["ptx"])
     if args.ttgir:

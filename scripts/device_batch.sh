@@ -254,22 +254,11 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
         $PY scripts/sweep_configs.py --num-sms 100 --shapes 768x768x768 --variants '128x64x64 w4 s4'" ;;
     mxtests) step mxtests 200 $PY -m pytest -q -p no:cacheprovider tests/test_mxfp4_gemm.py ;;
     floor) step floor 150 $PY scripts/probe_twopass_floor.py ;;  # both-MXFP4 two-pass time, part by part
-    mxrows) # 16 < M <= 64: the expanded weight tile fed to 16-row mma.sync dots (mx_rows) against the swapped wgmma
-      step mxrows 280 bash -c "
-      $PY -m pytest -q -p no:cacheprovider tests/test_mxfp4_gemm.py -k 'row_blocks or exact_on_gpu';
-      $PY scripts/sweep_mxfp4.py --shapes 64x4096x4096,64x8192x8192,64x14336x4096,32x8192x8192,48x14336x4096 \
-        --variants '64x64x256 w4 s3 swap sk;64x64x256 w4 s3 rows4 sk;64x64x256 w4 s3 rows4;64x64x128 w4 s4 rows4 sk;\
-64x64x512 w4 s2 rows4 sk;64x32x256 w4 s3 rows4 sk;64x64x256 w8 s3 rows4 sk;64x128x256 w8 s3 rows4 sk;\
-32x64x512 w4 s3 rows2 sk;32x64x256 w4 s4 rows2 sk'" ;;
-    mxrows2) # 16 < M <= 32: 32-row tiles (one dot, or two 16-row dots on one expanded tile) against the planner's
-      step mxrows2 200 $PY scripts/sweep_mxfp4.py --shapes 32x4096x4096,32x8192x8192,32x14336x4096,24x8192x8192,17x4096x4096 \
-        --variants '32x64x256 w4 s4 rows2 sk;32x64x256 w4 s4 sk;32x64x512 w4 s3 rows2 sk;32x64x256 w4 s3 rows2 sk;\
-32x64x256 w4 s4 rows2;32x32x256 w4 s4 rows2 sk;32x128x256 w8 s3 rows2 sk;16x64x512 w4 s4' ;;
-    mxrows3) # 16 < M <= 64: 32-row dots (plain 32-row tiles, or 64-row tiles as two 32-row dots) against the swap
-      step mxrows3 250 $PY scripts/sweep_mxfp4.py \
+    mx32) # 16 < M <= 64: the planner (32 x 64 tiles to M = 32, swapped 64 x 64 above) against the other tiles
+      # measured (the mx_rows variants of stop 19 ran at ac13f14, steps mxrows*, and were removed)
+      step mx32 250 $PY scripts/sweep_mxfp4.py \
         --shapes 64x4096x4096,64x8192x8192,64x14336x4096,48x8192x8192,32x4096x4096,32x8192x8192,32x14336x4096 \
-        --variants '64x64x256 w4 s3 swap sk;64x64x256 w4 s4 rows2 sk;64x64x256 w4 s3 rows2 sk;64x128x256 w8 s3 rows2 sk;
-32x64x256 w4 s4 sk;32x128x256 w8 s3 sk;32x128x256 w8 s4 sk;32x64x256 w4 s5 sk' ;;
+        --variants '64x64x256 w4 s3 swap sk;32x64x256 w4 s4 sk;32x128x256 w8 s3 sk;16x64x512 w4 s4' ;;
     decfloor) step decfloor 200 $PY scripts/probe_decode_floor.py ;;  # MXFP4 decode: read / MMA floors vs torch
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 330 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

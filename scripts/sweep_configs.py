@@ -32,8 +32,7 @@ def parse_variant(text: str) -> tuple[TileConfig, str]:
     schedule = next((SCHEDULES[w] for w in words if w in SCHEDULES), "persistent")
     cfg = TileConfig(bm, bn, bk, num_warps=opts.get("w", 4), num_stages=opts.get("s", 3), tma=tma, tma_store=store,
                      flatten=store, mx_split="split" in words, mx_swap="swap" in words,
-                     mx_prefetch="prefetch" in words,
-                     mx_rows=next((int(w[4:]) for w in words if w.startswith("rows")), 1))
+                     mx_prefetch="prefetch" in words)
     return cfg, schedule
 
 

@@ -45,12 +45,13 @@ def test_both_operands_mxfp4(schedule, device):
     assert_gemm_close(out, xq.dequantize(torch.float32), w.dequantize(torch.float32).t())
 
 
-def test_default_plan_between_decode_and_large_m(device):
-    """16 < M <= 64 under `auto`: mx_config's swapped 64 x 64 tiles, split by Stream-K (rows past M masked in the
-    swapped product's columns), bias and alpha applied once."""
-    m, n, k = 40, 70, 1024
+@pytest.mark.parametrize("m,block_m,swap", [(24, 32, False), (40, 64, True)])
+def test_default_plan_between_decode_and_large_m(m, block_m, swap, device):
+    """16 < M <= 64 under `auto`: mx_config's 32 x 64 tiles (M <= 32) or swapped 64 x 64 tiles, split by Stream-K
+    (rows past M masked, in the swapped product's columns for the latter), bias and alpha applied once."""
+    n, k = 70, 1024
     cfg = mx_config(m, n, k)
-    assert cfg.mx_swap and (cfg.block_m, cfg.block_n) == (64, 64)
+    assert cfg.mx_swap == swap and (cfg.block_m, cfg.block_n) == (block_m, 64)
     x = randn((m, k), torch.bfloat16, device)
     w = _weight(n, k, device)
     bias = randn((n,), torch.bfloat16, device)
@@ -73,19 +74,6 @@ def test_kernel_variants(swap, split, prefetch, both, device):
     out = gemm_mxfp4(xq, w, c=bias, alpha=0.5, schedule="streamk", num_sms=4, config=cfg)
     a = xq.dequantize(torch.float32) if both else x
     assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
-
-
-@pytest.mark.parametrize("rows,m,k", [(4, 37, 224), (2, 40, 96)])
-@pytest.mark.parametrize("schedule", ["persistent", "streamk"])
-def test_row_blocks(rows, m, k, schedule, device):
-    """`mx_rows`: one expanded weight tile feeds a dot per 16-row block of the tile. Rows past M (wrapped reads,
-    masked stores), a K tail (k not a multiple of the 64-element step), Stream-K partials, bias and alpha."""
-    cfg = TileConfig(16 * rows, 32, 64, num_warps=4, num_stages=2, mx_rows=rows)
-    x = randn((m, k), torch.bfloat16, device)
-    w = _weight(70, k, device)
-    bias = randn((70,), torch.bfloat16, device)
-    out = gemm_mxfp4(x, w, c=bias, alpha=0.5, schedule=schedule, num_sms=4, config=cfg)
-    assert_gemm_close(out, x, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
 @pytest.mark.parametrize("num_sms,blocks,pad", [(None, {}, 0), (2, {"block_r": 32, "block_k": 128}, 0),
@@ -143,7 +131,7 @@ def test_two_pass_path(both, dtype, device):
 
 
 def test_decode_shapes_and_default_plan(device):
-    x = randn((40, 2048), torch.bfloat16, device)  # 16 < M <= 64: Stream-K over 64 x 128 x 256 tiles
+    x = randn((40, 2048), torch.bfloat16, device)  # 32 < M <= 64: Stream-K over swapped 64 x 64 x 256 tiles
     w = _weight(200, 2048, device)
     assert_gemm_close(smgemm.linear(x, w), x, w.dequantize(torch.float32).t())
     for m in (1, 16):
@@ -178,7 +166,8 @@ def test_nan_scale_block_gives_nan(device):
 @pytest.mark.parametrize("config", [None, TileConfig(16, 64, 256, num_warps=4, num_stages=4),
                                     TileConfig(256, 128, 64, num_warps=8, num_stages=3, mx_swap=True),
                                     TileConfig(128, 128, 64, num_warps=8, num_stages=3, mx_swap=True, mx_prefetch=True),
-                                    TileConfig(64, 64, 128, mx_split=True), mx_config(64, 4096, 4096), "expand"])
+                                    TileConfig(64, 64, 128, mx_split=True), mx_config(32, 4096, 4096),
+                                    mx_config(64, 4096, 4096), "expand"])
 def test_every_code_and_scale_is_exact_on_gpu(config):
     """Every byte (two e2m1 codes) under scales from the e8m0 extremes, read back through an identity activation:
     the GPU's bf16 conversion (an asm block the interpreter cannot run) must reproduce `dequantize` exactly."""

@@ -226,6 +226,10 @@ def test_mxfp4_rules():
     assert mx_config(1, 64, 96).block_k == 128  # K steps no longer than K needs
     large = mx_config(4096, 4096, 4096)
     assert (large.block_m, large.block_n, large.mx_swap, large.mx_prefetch, large.tma) == (256, 128, True, True, False)
+    small = mx_config(32, 8192, 8192)
+    assert (small.block_m, small.block_n, small.block_k, small.num_warps, small.num_stages, small.mx_swap) == \
+        (32, 64, 256, 4, 4, False)
+    assert make_mx_plan(17, 4096, 4096, torch.bfloat16, H200).schedule == "streamk"
     mid = mx_config(64, 8192, 8192)
     assert (mid.block_m, mid.block_n, mid.block_k, mid.num_warps, mid.mx_swap) == (64, 64, 256, 4, True)
     assert make_mx_plan(64, 14336, 4096, torch.bfloat16, H200).schedule == "streamk"  # measured split

@@ -201,7 +201,6 @@ def describe(plan) -> str:
     cfg = plan.config
     split = f" sk {plan.sk_tiles}" if plan.sk_tiles else ""
     flags = "".join(f" {name}" for name in ("mx_swap", "mx_split", "mx_prefetch") if getattr(cfg, name))
-    flags += f" mx_rows {cfg.mx_rows}" if cfg.mx_rows > 1 else ""
     return (f"{plan.schedule[:4]} {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages}"
             f"{flags} grid {plan.num_programs}{split}")
 
@@ -332,7 +331,7 @@ def plot_budgets(rows: list[dict[str, object]], path: str, label: str = "bf16") 
     return save_figure(fig, path)
 
 
-MXFP4_DECODE = [(m, n, k) for m in (1, 16, 64) for n, k in ((4096, 4096), (8192, 8192), (14336, 4096))]
+MXFP4_DECODE = [(m, n, k) for m in (1, 16, 32, 64) for n, k in ((4096, 4096), (8192, 8192), (14336, 4096))]
 MXFP4_LARGE = [(4096, 4096, 4096), (4096, 14336, 4096), (8192, 8192, 8192)]
 
 

@@ -144,7 +144,6 @@ class TileConfig:
     mx_split: bool = False  # the weight's low and high nibbles feed two dots (even / odd k), not interleaved
     mx_swap: bool = False  # compute (W @ A^T)^T: the weight tile is the dot's left operand (measured faster)
     mx_prefetch: bool = False  # expand the next K step's weight tile while this step's dot runs (not with mx_split)
-    mx_rows: int = 1  # row blocks: the tile's rows feed mx_rows dots of block_m / mx_rows rows, one expanded tile
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
@@ -360,10 +359,14 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
 
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
-    * 16 < M <= 64: 64 x 64 tiles with 256-element K steps and 4 warps, computed as (W @ A^T)^T (`mx_swap`: the
+    * 16 < M <= 32: 32 x 64 tiles with 256-element K steps, 4 warps and 4 stages (mma.sync, as at decode), which
+      Stream-K splits: 1.23-1.29x faster than the 64-row tiles below at M = 17-32 (0.92-1.04x of bf16 against
+      0.73-0.84x, stop 19); 32 x 128 tiles with 8 warps were 3-7% faster at N >= 8192 and 8% slower at 4096;
+    * 32 < M <= 64: 64 x 64 tiles with 256-element K steps and 4 warps, computed as (W @ A^T)^T (`mx_swap`: the
       expanded weight tile is the wgmma's register operand, no trip through shared memory), which Stream-K splits:
       0.75-0.80x of bf16 at M = 64, where 64 x 128 tiles unswapped gave 0.68-0.75x in the same run (stop 16) and
-      the dense model's tiles 0.52-0.78x (stop 13);
+      the dense model's tiles 0.52-0.78x (stop 13); 64-row tiles as two or four mma.sync dots on one expanded weight
+      tile were 1-19% slower, 32-row tiles (two per weight tile, each expanding it) 22-44% slower (stop 19);
     * M >= 256 and N >= 128: 256 x 128 tiles (128 weight rows: half the expansion per multiply-add of 128 x 256),
       computed as (W @ A^T)^T (`mx_swap`; the wgmma is then m64n256k16), with the next K step's weight tile expanded
       while this step's dot runs (`mx_prefetch`), A read through pointers: 0.63-0.68x of bf16 cuBLAS, where
@@ -371,6 +374,8 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
     """
     if m <= 16:
         return TileConfig(16, 64, min(512, max(32, _next_pow2(k))), num_warps=4, num_stages=4)
+    if m <= 32:
+        return TileConfig(32, 64, min(256, max(32, _next_pow2(k))), num_warps=4, num_stages=4)
     if m <= 64:
         return TileConfig(64, 64, min(256, max(32, _next_pow2(k))), num_warps=4, num_stages=3, mx_swap=True)
     if m >= 256 and n >= 128:
@@ -414,7 +419,7 @@ def make_mx_plan(
     """`make_plan` for an MXFP4 GEMM (`dtype`: the dtype its dot runs in): the tile of `mx_config` unless `config`
     is given, and two more measured rules for `auto`:
 
-    * 16 < M <= 64: Stream-K over mx_config's 64 x 64 tiles (the configuration was measured split);
+    * 16 < M <= 64: Stream-K over mx_config's 32 x 64 / 64 x 64 tiles (the configurations were measured split);
     * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per
       tile. The decode tile's shared memory lets two programs share an SM, so up to 2 x SMs tiles run at once with
       no Stream-K fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan (docs/performance.md,
@@ -432,7 +437,7 @@ def make_mx_plan(
             config = dataclasses.replace(config, block_n=32)
             schedule = "data_parallel"
         elif schedule == "auto" and 16 < m <= 64:
-            schedule = "streamk"  # as measured with mx_config's 64 x 64 tiles (persistent where nothing splits)
+            schedule = "streamk"  # as measured with mx_config's tiles (persistent where nothing splits)
     return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
 
 

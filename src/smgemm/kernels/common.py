@@ -169,7 +169,7 @@ def k_loop(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
-    MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr, MX_ROWS: tl.constexpr,
+    MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end).
 
@@ -186,7 +186,7 @@ def k_loop(
         acc = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-            A_MX, MX_FP16, A_DESC, MX_SPLIT, MX_SWAP, MX_PREFETCH, MX_ROWS,
+            A_MX, MX_FP16, A_DESC, MX_SPLIT, MX_SWAP, MX_PREFETCH,
         )
     else:
         acc = k_loop_dense(
@@ -250,7 +250,7 @@ def k_loop_mx(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr,
-    MX_PREFETCH: tl.constexpr, MX_ROWS: tl.constexpr,
+    MX_PREFETCH: tl.constexpr,
 ):
     """k_loop with an MXFP4 weight W [N, K/2] (scales in mxw) and A bf16 / fp16 (dense, read per A_DESC) or MXFP4
     (A_MX: [M, K/2], scales in mxa). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator of A @ W^T.
@@ -266,12 +266,6 @@ def k_loop_mx(
     MX_PREFETCH (not with MX_SPLIT) expands the next step's weight tile after issuing this step's dot, so that the
     expansion can run while the tensor cores work.
     """
-    if MX_ROWS > 1:
-        tl.static_assert(not (MX_SWAP or MX_SPLIT or MX_PREFETCH or A_MX) and A_DESC == 0,
-                         "MX_ROWS takes a dense A through pointers, unswapped")
-        return _k_loop_mx_rows(a_ptr, w_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxw,
-                               pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K,
-                               EVEN_K, INTERPRETER, USE_INT64, MX_FP16, MX_ROWS)
     HALF: tl.constexpr = BLOCK_K // 2
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
@@ -338,66 +332,6 @@ def k_loop_mx(
     if MX_SWAP:
         acc = tl.trans(acc)
     return acc
-
-
-@triton.jit
-def _a_rows(a_ptr, first_row, M, stride_am, stride_ak, k0, K, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
-            EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr):
-    """The dense [ROWS, BLOCK_K] tile of A from row `first_row` (wrapped `% M`) at K offset k0."""
-    offs_m = (first_row + tl.arange(0, ROWS)) % M
-    if USE_INT64:
-        offs_m = offs_m.to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_K)
-    p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
-    if EVEN_K:
-        tile = tl.load(p_a)
-    else:
-        tile = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
-    if INTERPRETER:
-        tile = tile.to(tl.float32)
-    return tile
-
-
-@triton.jit
-def _k_loop_mx_rows(
-    a_ptr, w_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxw, pid_m, pid_n, iter_start, iter_end,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr, MX_FP16: tl.constexpr, MX_ROWS: tl.constexpr,
-):
-    """k_loop_mx for a dense A in MX_ROWS (2 or 4) row blocks: each K step expands the weight tile once and feeds it
-    to one dot per block of BLOCK_M / MX_ROWS rows. With 16-row blocks the dots stay register-operand mma.sync, as
-    at decode, where one BLOCK_M-row dot would be a wgmma reading the expanded tile from shared memory."""
-    SUB: tl.constexpr = BLOCK_M // MX_ROWS
-    tl.static_assert(MX_ROWS == 2 or MX_ROWS == 4, "MX_ROWS is 1, 2 or 4")
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    if USE_INT64:
-        offs_n = offs_n.to(tl.int64)
-    row0 = pid_m * BLOCK_M
-    acc0 = tl.zeros((SUB, BLOCK_N), dtype=tl.float32)
-    acc1 = tl.zeros((SUB, BLOCK_N), dtype=tl.float32)
-    acc2 = tl.zeros((SUB, BLOCK_N), dtype=tl.float32)
-    acc3 = tl.zeros((SUB, BLOCK_N), dtype=tl.float32)
-    for it in range(iter_start, iter_end):
-        k0 = it * BLOCK_K
-        b_w = tl.trans(mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
-                                      BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16))
-        if INTERPRETER:
-            b_w = b_w.to(tl.float32)
-        acc0 = tl.dot(_a_rows(a_ptr, row0, M, stride_am, stride_ak, k0, K, SUB, BLOCK_K, EVEN_K, INTERPRETER,
-                              USE_INT64), b_w, acc0)
-        acc1 = tl.dot(_a_rows(a_ptr, row0 + SUB, M, stride_am, stride_ak, k0, K, SUB, BLOCK_K, EVEN_K, INTERPRETER,
-                              USE_INT64), b_w, acc1)
-        if MX_ROWS == 4:
-            acc2 = tl.dot(_a_rows(a_ptr, row0 + 2 * SUB, M, stride_am, stride_ak, k0, K, SUB, BLOCK_K, EVEN_K,
-                                  INTERPRETER, USE_INT64), b_w, acc2)
-            acc3 = tl.dot(_a_rows(a_ptr, row0 + 3 * SUB, M, stride_am, stride_ak, k0, K, SUB, BLOCK_K, EVEN_K,
-                                  INTERPRETER, USE_INT64), b_w, acc3)
-    # stack the blocks' rows: join makes a trailing axis per join, block b at index (b % 2, b // 2)
-    if MX_ROWS == 4:
-        acc = tl.permute(tl.join(tl.join(acc0, acc1), tl.join(acc2, acc3)), (3, 2, 0, 1))
-    else:
-        acc = tl.permute(tl.join(acc0, acc1), (2, 0, 1))
-    return acc.reshape(BLOCK_M, BLOCK_N)
 
 
 @triton.jit
