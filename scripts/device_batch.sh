@@ -259,6 +259,17 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
       step mx32 250 $PY scripts/sweep_mxfp4.py \
         --shapes 64x4096x4096,64x8192x8192,64x14336x4096,48x8192x8192,32x4096x4096,32x8192x8192,32x14336x4096 \
         --variants '64x64x256 w4 s3 swap sk;32x64x256 w4 s4 sk;32x128x256 w8 s3 sk;16x64x512 w4 s4' ;;
+    densemid) # dense bf16 at M = 32 and 64 (between the bench's decode and M = 128 rows): the planner against torch
+      step densemid 250 $PY scripts/sweep_configs.py \
+        --shapes 32x6144x4096,32x4096x4096,32x28672x4096,32x4096x14336,32x10240x8192,32x8192x8192,32x57344x8192,\
+64x6144x4096,64x4096x4096,64x28672x4096,64x4096x14336,64x10240x8192,64x8192x8192,64x57344x8192 \
+        --variants '32x64x256 w4 s4 sk;32x64x128 w4 s4;16x64x256 w4 s4 sk;64x64x128 w4 s4 sk' ;;
+    densemid2) # dense bf16, 16 < M <= 64: K-step length and schedule of 32-row tiles, and 64 x 64 tiles at M = 48-64
+      step densemid2 250 $PY scripts/sweep_configs.py \
+        --shapes 32x4096x4096,32x28672x4096,32x57344x8192,32x8192x8192,32x6144x4096,24x4096x14336,64x4096x4096,\
+48x4096x4096 \
+        --variants '32x64x256 w4 s4;32x64x256 w4 s4 sk;32x64x128 w4 s4 sk;32x64x512 w4 s3;64x64x128 w4 s4 sk' ;;
+    rowrules) step rowrules 200 $PY scripts/probe_row_rules.py ;;  # stop 19's 16 < M <= 64 rules against the old plans
     decfloor) step decfloor 200 $PY scripts/probe_decode_floor.py ;;  # MXFP4 decode: read / MMA floors vs torch
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 330 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

@@ -6,8 +6,9 @@ Plain Python, no GPU and no Triton: everything here is unit-tested on the CPU wi
 Tile and schedule selection (`choose_config`, `modelled_time`) is a small analytical model, not autotuning:
 
 * candidates are a fixed list of (BLOCK_M, BLOCK_N) shapes; BLOCK_K gives 128-byte rows of A and B
-  (twice that when M <= 64 and the GEMM is bound by streaming B, four times when M <= 16); skinny GEMMs
-  (64 < M <= 128) follow measured rules instead of the efficiency model (`_SKINNY_MAX_M`);
+  (twice that when M <= 64 and the GEMM is bound by streaming B, four times when M <= 32); up to M = 64 the tile
+  covers all of M's rows, so that B is streamed once (`choose_config`'s `one_row`); skinny GEMMs (64 < M <= 128)
+  follow measured rules instead of the efficiency model (`_SKINNY_MAX_M`);
 * a tile's efficiency is its arithmetic intensity BM*BN/(BM+BN) relative to the 128x256 tile (capped at 1): a
   tile re-reads A and B from L2/HBM once per (BM+BN) columns/rows and computes BM*BN outputs; with every SM of
   the budget busy, one K-iteration of a tile costs BM*BN/efficiency, relative to the 128x256 tile's (the unit of
@@ -92,6 +93,8 @@ _HBM_BYTES_PER_ITER = 3.4e6  # device-memory bytes the chip streams in one refer
 # (`_SM_OWN_BYTES_PER_ITER`).
 _SM_BYTES_PER_ITER = 25.6e3
 _STREAMING_MAX_M = 64  # up to here B is streamed: longer K steps (block_k)
+_WIDE_K_MAX_M = 32  # up to here K steps of 512-byte rows (16 until stop 19; see choose_config)
+_ONE_ROW_MAX_M = _STREAMING_MAX_M  # up to here one row of tiles covers M (none until stop 19; see choose_config)
 # Operand bytes one SM loads by itself in a reference iteration, ~68 GB/s: persistent 64 x 64, 128 x 64 and 64 x 128
 # tiles on 32-128 SMs of the H200 ran at 63-75 GB/s per SM (docs/performance.md, stop 13). With every SM busy,
 # the shared L2 bandwidth (the `efficiency` term) binds first.
@@ -312,19 +315,28 @@ def choose_config(
     spec: DeviceSpec,
     budget: int,
     schedules: tuple[str, ...] = ("persistent",),
+    one_row: bool = True,
 ) -> tuple[TileConfig, str]:
-    """The tile configuration and schedule (one of `schedules`) the model above predicts fastest on `budget` SMs."""
+    """The tile configuration and schedule (one of `schedules`) the model above predicts fastest on `budget` SMs.
+
+    Up to _ONE_ROW_MAX_M rows (B streamed) the tile covers every row of A (`one_row`), where such a tile fits:
+    thinner tiles would stream B once per row of tiles. On the H200, M = 48 and 64 x 4096 x 4096 ran 20.7 us on
+    the 32 x 64 tiles the model preferred and 14.3 on 64 x 64 ones (stop 19)."""
     elem = element_bytes(dtype)
     skinny = _STREAMING_MAX_M < m <= _SKINNY_MAX_M
     max_m, max_n = max(16, _next_pow2(m)), max(32, _next_pow2(n))
+    one_row = one_row and m <= _ONE_ROW_MAX_M
     best, best_cost = None, math.inf
     for bm, bn, warps in _CANDIDATE_TILES:
-        if bm > max_m or bn > max_n or (skinny and bm * bn == 128 * 128):
+        if bm > max_m or bn > max_n or (skinny and bm * bn == 128 * 128) or (one_row and bm < max_m):
             continue
         largest = bm * bn >= 128 * 256
         if skinny and largest and math.ceil(m / bm) * math.ceil(n / bn) < 0.8 * budget:
             continue  # skinny: 128 x 256 tiles only where they (nearly) fill a wave
-        block_k = 128 // elem * (4 if m <= 16 else 2 if m <= _STREAMING_MAX_M or (skinny and not largest) else 1)
+        # 512-byte K steps up to M = 32: 32-row tiles with 256-byte steps streamed B at ~39 GB/s per SM, and ran
+        # 1.09-1.31x faster with 512-byte ones (M = 32, N 4096-57344, the H200, stop 19); 16-row tiles had them
+        block_k = 128 // elem * (4 if m <= _WIDE_K_MAX_M else 2 if m <= _STREAMING_MAX_M or (skinny and not largest)
+                                 else 1)
         block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
         stage_bytes = (bm + bn) * block_k * elem
         fit = (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes
@@ -346,6 +358,8 @@ def choose_config(
             cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec.l2_bytes) * factor
             if cost < best_cost:
                 best, best_cost = (chosen, schedule), cost
+    if best is None and one_row:  # no tile of max_m rows fits (e.g. N < 64 for M = 17..32): any rows
+        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False)
     if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
         return choose_config(m, n, k, dtype, spec, budget)
     assert best is not None, "the smallest candidate tile always fits"
