@@ -147,6 +147,21 @@ def test_decode_shapes_balance_the_bytes_each_program_streams(n):
     assert make_plan(16, 8192, 8192, torch.bfloat16, H200).schedule == "persistent"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn])
+@pytest.mark.parametrize("num_sms", [None, 32, 66])
+def test_small_m_streams_b_once_with_long_k_steps(dtype, num_sms):
+    # Up to M = 64 one row of tiles covers M, so B is streamed once (M = 48 / 64 x 4096 x 4096 picked 32 x 64 tiles
+    # before, 1.4x slower); up to M = 32 the K steps are 512 bytes per row (1.05-1.44x faster than 256).
+    elem = 2 if dtype == torch.bfloat16 else 1
+    for m in (17, 24, 32, 40, 48, 64):
+        for n, k in ((4096, 4096), (14336, 4096), (8192, 8192), (6144, 4096)):
+            plan = make_plan(m, n, k, dtype, H200, num_sms=num_sms)
+            assert plan.config.block_m == (32 if m <= 32 else 64), (m, n, k, plan)
+            assert plan.config.block_k * elem == (512 if m <= 32 else 256), (m, n, k, plan)
+    # Where no tile of those rows fits the problem (N < 64 at M = 17..32), any rows: a 16-row tile.
+    assert make_plan(17, 1, 1, torch.float32, H200).config.block_m == 16
+
+
 def test_skinny_gemms_use_pointer_tiles_with_long_k_steps():
     # 64 < M <= 128 (measured, plan._SKINNY_MAX_M): no 128 x 128 tiles, 256-byte K steps on smaller tiles, and
     # 128 x 256 tiles only persistent and only where they (nearly) fill a wave.
