@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 import smgemm
-from smgemm.bench import _graph_rotating, _table, _time_rotating
+from smgemm.bench import _graph_rotating, _table, _time_rotating, mx_decode_sets
 
 SHAPES = [(m, n, k) for m in (1, 16, 64) for n, k in ((4096, 4096), (8192, 8192), (14336, 4096))]
 PEAK_BF16 = 989e12  # dense bf16 FLOP/s of an H200 SXM (132 SMs, 1.98 GHz)
@@ -76,12 +76,7 @@ def main() -> None:
     empty_us = _graph_rotating(lambda o, _: _empty_kernel[(sms,)](o), [(empty_out, None)] * 16)
     rows = []
     for m, n, k in SHAPES:
-        copies = max(1, min(16, math.ceil(256e6 / (n * k * 2))))
-        sets = []
-        for _ in range(copies):
-            w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
-            x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-            sets.append((x, w, w.dequantize(torch.bfloat16)))
+        sets = mx_decode_sets(m, n, k)
         ok = torch.allclose(smgemm.linear(sets[0][0], sets[0][1]).float(),
                             (sets[0][0] @ sets[0][2].t()).float(), rtol=2e-2, atol=1e-1)
         t_torch = _time_rotating(lambda x, wd: torch.matmul(x, wd.t()), [(x, wd) for x, _, wd in sets])

@@ -20,7 +20,6 @@ Findings and numbers: docs/performance.md, stop 18 (not adopted: 0.67-1.35x of t
 """
 
 import argparse
-import math
 import sys
 
 import torch
@@ -215,7 +214,7 @@ def main():
         return
 
     import smgemm
-    from smgemm.bench import _table, _time_rotating
+    from smgemm.bench import _table, _time_rotating, mx_decode_sets
 
     torch.manual_seed(0)
     variants = [(64, 256, 4, 4, 1, False), (64, 256, 4, 4, 1, True), (64, 256, 4, 4, 2, False),
@@ -223,12 +222,7 @@ def main():
     rows = []
     for m, n, k in [(1, 4096, 4096), (16, 4096, 4096), (1, 8192, 8192), (16, 8192, 8192), (1, 14336, 4096),
                     (16, 14336, 4096)]:
-        copies = max(1, min(16, math.ceil(256e6 / (n * k * 2))))
-        sets = []
-        for _ in range(copies):
-            w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
-            x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-            sets.append((x, w, w.dequantize(torch.bfloat16)))
+        sets = mx_decode_sets(m, n, k)
         x, w, wd = sets[0]
         ref = x.double() @ wd.double().t()
         probes = {three: Probe(m, k, "cuda", three) for three in (False, True)}

@@ -335,6 +335,18 @@ MXFP4_DECODE = [(m, n, k) for m in (1, 16, 32, 64) for n, k in ((4096, 4096), (8
 MXFP4_LARGE = [(4096, 4096, 4096), (4096, 14336, 4096), (8192, 8192, 8192)]
 
 
+def mx_decode_sets(m: int, n: int, k: int) -> list[tuple]:
+    """(x bf16 [m, k], an MXFP4 weight [n, k], its bf16 dequantization) sets: enough that rotating through them
+    moves ~256 MB of bf16 weights, so that neither smgemm nor its peer runs from L2."""
+    import smgemm
+
+    sets = []
+    for _ in range(max(1, min(16, math.ceil(256e6 / (n * k * 2))))):
+        w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
+        sets.append((torch.randn(m, k, device="cuda").to(torch.bfloat16), w, w.dequantize(torch.bfloat16)))
+    return sets
+
+
 def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[dict[str, object]]:
     """smgemm.linear with an MXFP4 weight (and MXFP4 activations if `both`) vs torch.matmul in bf16 on the
     dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies)."""
@@ -346,14 +358,11 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
 
     rows = []
     for m, n, k in _progress(shapes, "mxfp4"):
-        copies = max(1, min(16, math.ceil(256e6 / (n * k * 2))))
         sets = []
-        for _ in range(copies):
-            w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
-            x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        for x, w, w_ref in mx_decode_sets(m, n, k):
             xq = smgemm.quantize_mxfp4(x.float()) if both else x
             x_ref = xq.dequantize(torch.bfloat16) if both else x
-            sets.append(((xq, w), (x_ref, w.dequantize(torch.bfloat16).t())))
+            sets.append(((xq, w), (x_ref, w_ref.t())))
         ours = [s for s, _ in sets]
         peer = [p for _, p in sets]
         err = _rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
