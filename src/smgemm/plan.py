@@ -333,8 +333,9 @@ def choose_config(
         largest = bm * bn >= 128 * 256
         if skinny and largest and math.ceil(m / bm) * math.ceil(n / bn) < 0.8 * budget:
             continue  # skinny: 128 x 256 tiles only where they (nearly) fill a wave
-        # 512-byte K steps up to M = 32: 32-row tiles with 256-byte steps streamed B at ~39 GB/s per SM, and ran
-        # 1.09-1.31x faster with 512-byte ones (M = 32, N 4096-57344, the H200, stop 19); 16-row tiles had them
+        # 512-byte K steps up to M = 32 (16-row tiles had them before): 32-row tiles with 256-byte steps streamed B
+        # at ~39 GB/s per SM; with 512-byte ones bf16 / fp16 ran 1.05-1.44x faster at M = 24 and 32 on 32-132 SMs,
+        # fp8 1.02-1.08x (the H200, stop 19, scripts/probe_row_rules.py)
         block_k = 128 // elem * (4 if m <= _WIDE_K_MAX_M else 2 if m <= _STREAMING_MAX_M or (skinny and not largest)
                                  else 1)
         block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
@@ -374,7 +375,7 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
     * 16 < M <= 32: 32 x 64 tiles with 256-element K steps, 4 warps and 4 stages (mma.sync, as at decode), which
-      Stream-K splits: 1.23-1.29x faster than the 64-row tiles below at M = 17-32 (0.92-1.04x of bf16 against
+      Stream-K splits: 1.23-1.29x faster than the 64-row tiles below at M = 17-32 (0.92-1.06x of bf16 against
       0.73-0.84x, stop 19); 32 x 128 tiles with 8 warps were 3-7% faster at N >= 8192 and 8% slower at 4096;
     * 32 < M <= 64: 64 x 64 tiles with 256-element K steps and 4 warps, computed as (W @ A^T)^T (`mx_swap`: the
       expanded weight tile is the wgmma's register operand, no trip through shared memory), which Stream-K splits:
