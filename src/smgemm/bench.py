@@ -27,6 +27,9 @@ SUITES = {
     "quick": [(4096, 4096, 4096), (8192, 8192, 8192), (16, 4096, 4096), (128, 14336, 4096)],
     "square": [(s, s, s) for s in (1024, 2048, 4096, 8192)],
     "llm": [(m, n, k) for m in (16, 128, 1024, 4096, 8192) for n, k in LLAMA_NK],
+    # Batched decode between the llm suite's M = 16 and 128 (not in issue 4's geomean): the planner's one-row and
+    # long-K-step rules (stop 19).
+    "mid": [(m, n, k) for m in (32, 64) for n, k in LLAMA_NK],
     # Few tiles or a ragged last wave on 132 SMs (128 x 256 tiles): where Stream-K should pay.
     "streamk": [(256, 1024, 16384), (512, 512, 32768), (1024, 1024, 16384), (128, 4096, 8192), (256, 8192, 8192),
                 (16, 4096, 14336), (64, 8192, 8192), (3072, 3072, 8192), (2560, 2560, 8192), (5120, 4352, 4096)],
