@@ -90,6 +90,7 @@ for s in "$@"; do
         echo \"### gemv \$g \$(date +%T.%N)\"; $PY -m smgemm bench overlap --gemv \$g --num-sms 72,80,88,96,104 --plot '';
       done"
               kill $smi ;;
+    fp32) step fp32 200 $PY -m smgemm bench --suite quick,mid --dtype fp32,tf32 --num-sms '' --plot '' --no-overhead ;;
     mid) step mid 150 $PY -m smgemm bench --suite mid --dtype bf16,fp16,fp8 --num-sms '' --plot '' --no-overhead ;;
     mxbench) step mxbench 200 $PY -m smgemm bench --dtype '' --mxfp4 --no-overhead ;;
     placement) step placement 150 $PY scripts/probe_placement.py ;;

@@ -2,8 +2,8 @@
 
 import torch
 
-from smgemm._device import INTERPRETER_SPEC
-from smgemm.bench import _table, describe
+from smgemm._device import INTERPRETER_SPEC, tf32_enabled
+from smgemm.bench import _table, describe, table_dtype
 from smgemm.plan import make_mx_plan
 
 
@@ -20,3 +20,12 @@ def test_describe_names_schedule_tile_and_mxfp4_flags():
     assert describe(plan) == "pers 256x128x64 w8 s4 mx_swap mx_prefetch grid 132"
     plan = make_mx_plan(16, 4096, 14336, torch.bfloat16, INTERPRETER_SPEC)
     assert describe(plan) == "stre 16x64x512 w4 s4 grid 128 sk 64"  # 64 tiles, each K-loop in 2 parts
+
+
+def test_tf32_table_allows_tf32_only_while_it_runs():
+    assert not tf32_enabled()
+    with table_dtype("tf32") as dtype:
+        assert dtype == torch.float32 and tf32_enabled()
+    assert not tf32_enabled()
+    with table_dtype("fp32") as dtype:
+        assert dtype == torch.float32 and not tf32_enabled()

@@ -8,13 +8,14 @@ problems through the Triton interpreter, checks them against float64 and says th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import math
 import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -350,6 +351,23 @@ def mx_decode_sets(m: int, n: int, k: int) -> list[tuple]:
     return sets
 
 
+@contextlib.contextmanager
+def table_dtype(name: str) -> Iterator[torch.dtype]:
+    """The dtype of a bench table named `name` (a DTYPES key, or "tf32": fp32 with TF32 allowed for smgemm and
+    torch alike while the table runs; "fp32" is IEEE fp32 on both sides unless torch's flags say otherwise)."""
+    if name != "tf32":
+        yield DTYPES[name]
+        return
+    matmul = torch.backends.cuda.matmul
+    flag = "fp32_precision" if hasattr(matmul, "fp32_precision") else "allow_tf32"  # torch >= 2.9, or older
+    saved = getattr(matmul, flag)
+    setattr(matmul, flag, "tf32" if flag == "fp32_precision" else True)
+    try:
+        yield torch.float32
+    finally:
+        setattr(matmul, flag, saved)
+
+
 def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[dict[str, object]]:
     """smgemm.linear with an MXFP4 weight (and MXFP4 activations if `both`) vs torch.matmul in bf16 on the
     dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies)."""
@@ -450,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m smgemm bench", description=__doc__,
                                 epilog="python -m smgemm bench overlap --help / bench tp --help: the overlap and "
                                        "tensor-parallel MLP benchmarks")
-    p.add_argument("--dtype", default="bf16", help="comma list of " + ",".join(DTYPES))
+    p.add_argument("--dtype", default="bf16",
+                   help="comma list of " + ",".join(DTYPES) + ", tf32 (fp32 with TF32 allowed on both sides)")
     p.add_argument("--suite", default="quick", help="comma list of " + ",".join(SUITES))
     p.add_argument("--num-sms", default="16,32,66,100,132", help="budgets for the SM-constrained table ('' skips)")
     p.add_argument("--plot", default="smgemm_sm_scaling.png",
@@ -471,16 +490,16 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [s for name in args.suite.split(",") for s in SUITES[name]]
     budgets = [int(x) for x in args.num_sms.split(",") if x]
     for name in filter(None, args.dtype.split(",")):  # --dtype '': no dense tables
-        dtype = DTYPES[name]
-        peer = "torch._scaled_mm(use_fast_accum=True)" if name == "fp8" else "torch.matmul"
-        print(f"\n## {name}: full chip, smgemm.matmul vs {peer}")
-        print(_table(bench_full_chip(shapes, dtype, args.schedules.split(","))))
-        if budgets and name != "fp8":
-            print(f"\n## {name}: SM budget, smgemm.matmul(num_sms=n) vs cuBLASLt with an SM carve-out")
-            budget_rows = bench_budgets(BUDGET_SHAPES, dtype, budgets)
-            print(_table(budget_rows))
-            if args.plot:
-                print(plot_budgets(budget_rows, args.plot.replace(".png", f"_{name}.png"), name))
+        with table_dtype(name) as dtype:
+            peer = "torch._scaled_mm(use_fast_accum=True)" if name == "fp8" else "torch.matmul"
+            print(f"\n## {name}: full chip, smgemm.matmul vs {peer}")
+            print(_table(bench_full_chip(shapes, dtype, args.schedules.split(","))))
+            if budgets and name != "fp8":
+                print(f"\n## {name}: SM budget, smgemm.matmul(num_sms=n) vs cuBLASLt with an SM carve-out")
+                budget_rows = bench_budgets(BUDGET_SHAPES, dtype, budgets)
+                print(_table(budget_rows))
+                if args.plot:
+                    print(plot_budgets(budget_rows, args.plot.replace(".png", f"_{name}.png"), name))
     if args.mxfp4:
         print("\n## MXFP4: smgemm.linear(x, quantize_mxfp4(w)) vs torch.matmul in bf16 on the dequantized weight")
         print(_table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE) + bench_mxfp4(MXFP4_LARGE, both=True)))
