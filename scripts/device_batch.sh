@@ -272,6 +272,11 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
 48x4096x4096 \
         --variants '32x64x256 w4 s4;32x64x256 w4 s4 sk;32x64x128 w4 s4 sk;32x64x512 w4 s3;64x64x128 w4 s4 sk' ;;
     rowrules) step rowrules 200 $PY scripts/probe_row_rules.py ;;  # stop 19's 16 < M <= 64 rules against the old plans
+    skwaves) # partial last waves: Stream-K against whole waves, without its fixup, and split over two waves
+      step skwaves 400 bash -c "
+        $PY scripts/probe_sk_waves.py --shapes 3072x3072x8192,2560x2560x8192,5120x4352x4096,3072x3072x4096;
+        $PY scripts/probe_sk_waves.py --shapes 3072x3072x8192,2560x2560x8192 --tile '128x128x64 w8 s4 tma';
+        $PY scripts/probe_sk_waves.py --dtype fp8 --shapes 2560x2560x8192,3072x3072x8192 --tile '128x256x128 w8 s3 tma'" ;;
     decfloor) step decfloor 200 $PY scripts/probe_decode_floor.py ;;  # MXFP4 decode: read / MMA floors vs torch
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 330 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

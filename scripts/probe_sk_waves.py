@@ -1,0 +1,130 @@
+"""Where hybrid Stream-K loses time on a partial last wave (GPU probe; some variants give wrong results on purpose).
+
+For each shape (more tiles than SMs, a partial last wave) and one tile configuration, times side by side:
+
+* `full waves`: a GEMM with the same K and as many whole waves of tiles as the shape has (rows x cols a multiple
+  of the SMs); its time scaled to the shape's tiles is what a split with no overhead at all would take (`ideal`);
+* `persistent`, `data_parallel` and the planner's `streamk` split (whole waves data-parallel, the last wave's tiles
+  split evenly over all programs);
+* `streamk, no fixup`: a copy of the kernel whose finishers neither wait nor sum the lower partials (wrong on
+  purpose, scripts/probe_fixup.py): what the fixup costs;
+* `two-tile`: Stream-K over the last full wave plus the partial one (each program then holds 1-2 tiles' worth of
+  K-iterations, every split tile shared by 2-3 programs instead of ~6), and the same without fixup.
+
+    PYTHONPATH=src python scripts/probe_sk_waves.py --shapes 3072x3072x8192 --tile "128x256x64 w8 s3 tma"
+"""
+
+import argparse
+import contextlib
+
+import torch
+from probe_fixup import _no_fixup_kernel
+from sweep_configs import parse_variant
+
+import smgemm._gemm as _gemm
+import smgemm.kernels.gemm as kgemm
+import smgemm.plan
+from smgemm._device import device_spec
+from smgemm._gemm import gemm
+from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating, describe
+from smgemm.plan import make_plan
+
+
+def _forget():
+    smgemm.plan.make_plan.cache_clear()
+    _gemm._SEEN_CALLS.clear()
+    _gemm._LAUNCHERS.clear()
+
+
+@contextlib.contextmanager
+def two_tile_split():
+    """Plans made inside split the last full wave too (dp_tiles one wave lower)."""
+    saved = smgemm.plan.streamk_split
+
+    def split(num_tiles, k_iters, budget):
+        got = saved(num_tiles, k_iters, budget)
+        if got is None or got[0] < got[1]:
+            return got
+        return got[0] - got[1], got[1]
+
+    smgemm.plan.streamk_split = split
+    _forget()
+    try:
+        yield
+    finally:
+        smgemm.plan.streamk_split = saved
+        _forget()
+
+
+@contextlib.contextmanager
+def kernel(fn):
+    saved = kgemm.gemm_kernel
+    kgemm.gemm_kernel = fn
+    _forget()
+    try:
+        yield
+    finally:
+        kgemm.gemm_kernel = saved
+        _forget()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--shapes", required=True)
+    p.add_argument("--tile", default="128x256x64 w8 s3 tma", help="a scripts/sweep_configs.py variant, no schedule")
+    args = p.parse_args()
+    dtype = DTYPES[args.dtype]
+    spec = device_spec(torch.device("cuda"))
+    cfg, _ = parse_variant(args.tile)
+    no_fixup = _no_fixup_kernel()
+    rows = []
+    for shape in args.shapes.split(","):
+        m, n, k = (int(v) for v in shape.split("x"))
+        rows_m, cols = -(-m // cfg.block_m), -(-n // cfg.block_n)
+        tiles = rows_m * cols
+        # Whole waves of the same K-loop: rows_f x cols_f tiles, a multiple of the SMs, as many waves as are whole
+        waves = tiles // spec.num_sms
+        cols_f = max(d for d in range(1, cols + 1) if spec.num_sms % d == 0)
+        rows_f = spec.num_sms // cols_f * waves
+        row = {"shape": shape, "tiles": tiles, "waves": tiles / spec.num_sms}
+
+        def timed(mm, nn, schedule, name, k=k, row=row):
+            sets = _operands(mm, nn, k, dtype, _copies_for(mm, nn, k, dtype))
+            a, b = sets[0]
+            fn = lambda x, y: gemm(x, y, config=cfg, schedule=schedule)
+            out = fn(a, b)
+            torch.cuda.synchronize()
+            ref = a.float() @ b.float()
+            row[f"{name} err"] = f"{((out.float() - ref).norm() / ref.norm()).item():.0e}"
+            return _time_rotating(fn, sets) * 1e3
+
+        sets = _operands(m, n, k, dtype, _copies_for(m, n, k, dtype))
+        if dtype != DTYPES["fp8"]:
+            row["torch us"] = _time_rotating(torch.matmul, sets) * 1e3
+        if waves:
+            t_full = timed(rows_f * cfg.block_m, cols_f * cfg.block_n, "persistent", "full")
+            row["full waves us"] = t_full
+            row["ideal us"] = t_full * tiles / (rows_f * cols_f)
+        for schedule in ("persistent", "data_parallel", "streamk"):
+            row[f"{schedule} us"] = timed(m, n, schedule, schedule)
+        row["sk plan"] = describe(make_plan(m, n, k, dtype, spec, schedule="streamk", config=cfg))
+        with kernel(no_fixup):
+            row["streamk no fixup us"] = timed(m, n, "streamk", "nofix")
+        with two_tile_split():
+            row["two-tile plan"] = describe(make_plan(m, n, k, dtype, spec, schedule="streamk", config=cfg))
+            row["two-tile us"] = timed(m, n, "streamk", "two-tile")
+            with kernel(no_fixup):
+                row["two-tile no fixup us"] = timed(m, n, "streamk", "two-tile nofix")
+        row["sk / dp"] = row["data_parallel us"] / row["streamk us"]
+        row["best / dp"] = row["data_parallel us"] / min(row["streamk us"], row["two-tile us"], row["persistent us"])
+        print(row, flush=True)
+        rows.append(row)
+    keys = ("shape", "tiles", "waves", "torch us", "ideal us", "persistent us", "data_parallel us", "streamk us",
+            "streamk no fixup us", "two-tile us", "two-tile no fixup us", "sk / dp", "best / dp")
+    print(_table([{key: r[key] for key in keys if key in r} for r in rows]))
+    print(_table([{key: v for key, v in r.items() if key == "shape" or "err" in key or "plan" in key} for r in rows]))
+
+
+if __name__ == "__main__":
+    main()
