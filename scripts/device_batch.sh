@@ -275,8 +275,12 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
     skwaves) # partial last waves: Stream-K against whole waves, without its fixup, and split over two waves
       step skwaves 400 bash -c "
         $PY scripts/probe_sk_waves.py --shapes 3072x3072x8192,2560x2560x8192,5120x4352x4096,3072x3072x4096;
-        $PY scripts/probe_sk_waves.py --shapes 3072x3072x8192,2560x2560x8192 --tile '128x128x64 w8 s4 tma';
         $PY scripts/probe_sk_waves.py --dtype fp8 --shapes 2560x2560x8192,3072x3072x8192 --tile '128x256x128 w8 s3 tma'" ;;
+    skncu) # device-memory traffic of the Stream-K split against persistent tiles and whole waves (bf16 3072^2 x 8192)
+      step skncu 200 bash -c "for v in '128x256x64 w8 s3 tma sk' '128x256x64 w8 s3 tma'; do
+        ncu --profile-from-start off --clock-control none --metrics \
+          dram__bytes_read.sum,lts__t_bytes.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
+          $PY scripts/profile_shapes.py --shapes 3072x3072x8192,3072x2816x8192 --config \"\$v\"; done" ;;
     decfloor) step decfloor 200 $PY scripts/probe_decode_floor.py ;;  # MXFP4 decode: read / MMA floors vs torch
     small) step small 120 bash -c "$PY scripts/host_overhead.py; $PY scripts/probe_small.py" ;;
     tests) step tests 330 $PY -m pytest -q -p no:cacheprovider --durations=15 tests -m "not performance" ;;

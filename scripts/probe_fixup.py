@@ -24,20 +24,24 @@ from smgemm._gemm import gemm
 from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating
 
 _CUTS = {  # text of kernels/gemm.py -> its replacement in the probe copy
-    "from .common import": "from smgemm.kernels.common import",
     "while tl.max(pending.to(tl.int32), axis=0) > 0:": "while tl.max(pending.to(tl.int32), axis=0) > 1 << 30:",
     "for p in range(first + 1, pid, _FIXUP_UNROLL):": "for p in range(pid, pid, _FIXUP_UNROLL):",
 }
 
 
 def _no_fixup_kernel():
+    return cut_kernel(_CUTS)
+
+
+def cut_kernel(cuts: dict[str, str]):
+    """A copy of gemm_kernel with each text `old` of kernels/gemm.py replaced by `new` (asserted present)."""
     src = inspect.getsource(kgemm)
-    for old, new in _CUTS.items():
+    for old, new in {**cuts, "from .common import": "from smgemm.kernels.common import"}.items():
         assert old in src, old
         src = src.replace(old, new)
-    path = pathlib.Path(tempfile.mkdtemp()) / "gemm_nofixup.py"
+    path = pathlib.Path(tempfile.mkdtemp()) / "gemm_cut.py"
     path.write_text(src)
-    spec = importlib.util.spec_from_file_location("gemm_nofixup", path)
+    spec = importlib.util.spec_from_file_location("gemm_cut", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.gemm_kernel

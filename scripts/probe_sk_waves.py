@@ -8,6 +8,10 @@ For each shape (more tiles than SMs, a partial last wave) and one tile configura
   split evenly over all programs);
 * `streamk, no fixup`: a copy of the kernel whose finishers neither wait nor sum the lower partials (wrong on
   purpose, scripts/probe_fixup.py): what the fixup costs;
+* `no fixup, no store`: neither the fixup nor the publishing of partials; `no sk loop`: the split tiles' K-loops
+  run no iterations (partials of zeros, published and summed as usual); `whole tiles only`: the Stream-K kernel
+  skips its split tiles (the whole-tile loop as compiled beside the Stream-K code); `fixup unroll 1`: the
+  finisher loads one partial at a time (fewer registers);
 * `two-tile`: Stream-K over the last full wave plus the partial one (each program then holds 1-2 tiles' worth of
   K-iterations, every split tile shared by 2-3 programs instead of ~6), and the same without fixup.
 
@@ -18,7 +22,7 @@ import argparse
 import contextlib
 
 import torch
-from probe_fixup import _no_fixup_kernel
+from probe_fixup import _CUTS, cut_kernel
 from sweep_configs import parse_variant
 
 import smgemm._gemm as _gemm
@@ -28,6 +32,10 @@ from smgemm._device import device_spec
 from smgemm._gemm import gemm
 from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating, describe
 from smgemm.plan import make_plan
+
+_PUBLISH = "tl.store(ws_ptr + pid * tile_elems + offs_tile, acc,"
+_UNROLL = "_FIXUP_UNROLL: tl.constexpr = tl.constexpr(4)"
+_SK_RANGE = "seg_start - tile_start, seg_end - tile_start,"
 
 
 def _forget():
@@ -77,7 +85,16 @@ def main():
     dtype = DTYPES[args.dtype]
     spec = device_spec(torch.device("cuda"))
     cfg, _ = parse_variant(args.tile)
-    no_fixup = _no_fixup_kernel()
+    no_fixup = cut_kernel(_CUTS)
+    cut_kernels = {  # more cuts of the Stream-K part: which of its pieces costs what
+        # offs_tile never equals the launch's random 62-bit epoch, and the compiler cannot know it
+        "no fixup, no store": cut_kernel({**_CUTS, _PUBLISH: _PUBLISH.replace("acc,", "acc, mask=offs_tile == epoch,")
+                                          }),
+        "no sk loop": cut_kernel({_SK_RANGE: "seg_start - tile_start, seg_start - tile_start,"}),
+        # the whole-tile loop alone, in the kernel as compiled with its Stream-K part (255 registers, spills)
+        "whole tiles only": cut_kernel({"while seg_end > start:": "while seg_end > start + (1 << 30):"}),
+        "fixup unroll 1": cut_kernel({_UNROLL: _UNROLL.replace("(4)", "(1)")}),
+    }
     rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
@@ -111,6 +128,9 @@ def main():
         row["sk plan"] = describe(make_plan(m, n, k, dtype, spec, schedule="streamk", config=cfg))
         with kernel(no_fixup):
             row["streamk no fixup us"] = timed(m, n, "streamk", "nofix")
+        for name, fn in cut_kernels.items():
+            with kernel(fn):
+                row[f"streamk {name} us"] = timed(m, n, "streamk", name)
         with two_tile_split():
             row["two-tile plan"] = describe(make_plan(m, n, k, dtype, spec, schedule="streamk", config=cfg))
             row["two-tile us"] = timed(m, n, "streamk", "two-tile")
@@ -121,7 +141,9 @@ def main():
         print(row, flush=True)
         rows.append(row)
     keys = ("shape", "tiles", "waves", "torch us", "ideal us", "persistent us", "data_parallel us", "streamk us",
-            "streamk no fixup us", "two-tile us", "two-tile no fixup us", "sk / dp", "best / dp")
+            "streamk no fixup us", "streamk no fixup, no store us", "streamk no sk loop us",
+            "streamk whole tiles only us", "streamk fixup unroll 1 us", "two-tile us",
+            "two-tile no fixup us", "sk / dp", "best / dp")
     print(_table([{key: r[key] for key in keys if key in r} for r in rows]))
     print(_table([{key: v for key, v in r.items() if key == "shape" or "err" in key or "plan" in key} for r in rows]))
 
