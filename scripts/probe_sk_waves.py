@@ -34,7 +34,7 @@ from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating,
 from smgemm.plan import make_plan
 
 _PUBLISH = "tl.store(ws_ptr + pid * tile_elems + offs_tile, acc,"
-_UNROLL = "_FIXUP_UNROLL: tl.constexpr = tl.constexpr(4)"
+_UNROLL = "_FIXUP_UNROLL: tl.constexpr = tl.constexpr(2)"
 _SK_RANGE = "seg_start - tile_start, seg_end - tile_start,"
 
 
@@ -45,22 +45,16 @@ def _forget():
 
 
 @contextlib.contextmanager
-def two_tile_split():
-    """Plans made inside split the last full wave too (dp_tiles one wave lower)."""
-    saved = smgemm.plan.streamk_split
-
-    def split(num_tiles, k_iters, budget):
-        got = saved(num_tiles, k_iters, budget)
-        if got is None or got[0] < got[1]:
-            return got
-        return got[0] - got[1], got[1]
-
-    smgemm.plan.streamk_split = split
+def split_waves(waves: int):
+    """Plans made inside split the last `waves` waves (plan.streamk_split): 1, the partial wave; 2, the last whole
+    wave too."""
+    saved = smgemm.plan._candidates
+    smgemm.plan._candidates = lambda schedules: [(s, waves if s == "streamk" else 1) for s in schedules]
     _forget()
     try:
         yield
     finally:
-        smgemm.plan.streamk_split = saved
+        smgemm.plan._candidates = saved
         _forget()
 
 
@@ -76,11 +70,58 @@ def kernel(fn):
         _forget()
 
 
+def measure(shape, dtype, cfg, spec, no_fixup, cut_kernels) -> dict:
+    """One row of the table: every variant of the docstring on one shape (under split_waves(1))."""
+    m, n, k = (int(v) for v in shape.split("x"))
+    rows_m, cols = -(-m // cfg.block_m), -(-n // cfg.block_n)
+    tiles = rows_m * cols
+    # Whole waves of the same K-loop: rows_f x cols_f tiles, a multiple of the SMs, as many waves as are whole
+    waves = tiles // spec.num_sms
+    cols_f = max(d for d in range(1, cols + 1) if spec.num_sms % d == 0)
+    rows_f = spec.num_sms // cols_f * waves
+    row = {"shape": shape, "tiles": tiles, "waves": tiles / spec.num_sms}
+
+    def timed(mm, nn, schedule, name):
+        sets = _operands(mm, nn, k, dtype, _copies_for(mm, nn, k, dtype))
+        a, b = sets[0]
+        fn = lambda x, y: gemm(x, y, config=cfg, schedule=schedule)
+        out = fn(a, b)
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float()
+        row[f"{name} err"] = f"{((out.float() - ref).norm() / ref.norm()).item():.0e}"
+        return _time_rotating(fn, sets) * 1e3
+
+    if dtype != DTYPES["fp8"]:
+        row["torch us"] = _time_rotating(torch.matmul, _operands(m, n, k, dtype, _copies_for(m, n, k, dtype))) * 1e3
+    if waves:
+        t_full = timed(rows_f * cfg.block_m, cols_f * cfg.block_n, "persistent", "full")
+        row["full waves us"] = t_full
+        row["ideal us"] = t_full * tiles / (rows_f * cols_f)
+    for schedule in ("persistent", "data_parallel", "streamk"):
+        row[f"{schedule} us"] = timed(m, n, schedule, schedule)
+    row["sk plan"] = describe(make_plan(m, n, k, dtype, spec, schedule="streamk", config=cfg))
+    with kernel(no_fixup):
+        row["streamk no fixup us"] = timed(m, n, "streamk", "nofix")
+    for name, fn in cut_kernels.items():
+        with kernel(fn):
+            row[f"streamk {name} us"] = timed(m, n, "streamk", name)
+    with split_waves(2):
+        row["two-tile plan"] = describe(make_plan(m, n, k, dtype, spec, schedule="streamk", config=cfg))
+        row["two-tile us"] = timed(m, n, "streamk", "two-tile")
+        with kernel(no_fixup):
+            row["two-tile no fixup us"] = timed(m, n, "streamk", "two-tile nofix")
+    row["sk / dp"] = row["data_parallel us"] / row["streamk us"]
+    row["best / dp"] = row["data_parallel us"] / min(row["streamk us"], row["two-tile us"], row["persistent us"])
+    print(row, flush=True)
+    return row
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--shapes", required=True)
     p.add_argument("--tile", default="128x256x64 w8 s3 tma", help="a scripts/sweep_configs.py variant, no schedule")
+    p.add_argument("--cuts", action="store_true", help="also the kernel cuts beyond `no fixup`")
     args = p.parse_args()
     dtype = DTYPES[args.dtype]
     spec = device_spec(torch.device("cuda"))
@@ -93,53 +134,10 @@ def main():
         "no sk loop": cut_kernel({_SK_RANGE: "seg_start - tile_start, seg_start - tile_start,"}),
         # the whole-tile loop alone, in the kernel as compiled with its Stream-K part (255 registers, spills)
         "whole tiles only": cut_kernel({"while seg_end > start:": "while seg_end > start + (1 << 30):"}),
-        "fixup unroll 1": cut_kernel({_UNROLL: _UNROLL.replace("(4)", "(1)")}),
-    }
-    rows = []
-    for shape in args.shapes.split(","):
-        m, n, k = (int(v) for v in shape.split("x"))
-        rows_m, cols = -(-m // cfg.block_m), -(-n // cfg.block_n)
-        tiles = rows_m * cols
-        # Whole waves of the same K-loop: rows_f x cols_f tiles, a multiple of the SMs, as many waves as are whole
-        waves = tiles // spec.num_sms
-        cols_f = max(d for d in range(1, cols + 1) if spec.num_sms % d == 0)
-        rows_f = spec.num_sms // cols_f * waves
-        row = {"shape": shape, "tiles": tiles, "waves": tiles / spec.num_sms}
-
-        def timed(mm, nn, schedule, name, k=k, row=row):
-            sets = _operands(mm, nn, k, dtype, _copies_for(mm, nn, k, dtype))
-            a, b = sets[0]
-            fn = lambda x, y: gemm(x, y, config=cfg, schedule=schedule)
-            out = fn(a, b)
-            torch.cuda.synchronize()
-            ref = a.float() @ b.float()
-            row[f"{name} err"] = f"{((out.float() - ref).norm() / ref.norm()).item():.0e}"
-            return _time_rotating(fn, sets) * 1e3
-
-        sets = _operands(m, n, k, dtype, _copies_for(m, n, k, dtype))
-        if dtype != DTYPES["fp8"]:
-            row["torch us"] = _time_rotating(torch.matmul, sets) * 1e3
-        if waves:
-            t_full = timed(rows_f * cfg.block_m, cols_f * cfg.block_n, "persistent", "full")
-            row["full waves us"] = t_full
-            row["ideal us"] = t_full * tiles / (rows_f * cols_f)
-        for schedule in ("persistent", "data_parallel", "streamk"):
-            row[f"{schedule} us"] = timed(m, n, schedule, schedule)
-        row["sk plan"] = describe(make_plan(m, n, k, dtype, spec, schedule="streamk", config=cfg))
-        with kernel(no_fixup):
-            row["streamk no fixup us"] = timed(m, n, "streamk", "nofix")
-        for name, fn in cut_kernels.items():
-            with kernel(fn):
-                row[f"streamk {name} us"] = timed(m, n, "streamk", name)
-        with two_tile_split():
-            row["two-tile plan"] = describe(make_plan(m, n, k, dtype, spec, schedule="streamk", config=cfg))
-            row["two-tile us"] = timed(m, n, "streamk", "two-tile")
-            with kernel(no_fixup):
-                row["two-tile no fixup us"] = timed(m, n, "streamk", "two-tile nofix")
-        row["sk / dp"] = row["data_parallel us"] / row["streamk us"]
-        row["best / dp"] = row["data_parallel us"] / min(row["streamk us"], row["two-tile us"], row["persistent us"])
-        print(row, flush=True)
-        rows.append(row)
+        "fixup unroll 1": cut_kernel({_UNROLL: _UNROLL.replace("(2)", "(1)")}),
+    } if args.cuts else {}
+    with split_waves(1):
+        rows = [measure(shape, dtype, cfg, spec, no_fixup, cut_kernels) for shape in args.shapes.split(",")]
     keys = ("shape", "tiles", "waves", "torch us", "ideal us", "persistent us", "data_parallel us", "streamk us",
             "streamk no fixup us", "streamk no fixup, no store us", "streamk no sk loop us",
             "streamk whole tiles only us", "streamk fixup unroll 1 us", "two-tile us",

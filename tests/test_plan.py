@@ -43,12 +43,14 @@ def test_grid_respects_budget_and_config_fits(m, n, k, dtype, spec, schedule, nu
     assert plan.schedule in ("data_parallel", "persistent", "streamk")
     if plan.schedule == "streamk":
         assert schedule in ("auto", "streamk")
-        # whole waves stay data-parallel; fewer split tiles than programs; every program gets >= 2 iterations
+        # whole waves stay data-parallel, but for at most one split with the partial wave; every split tile shared
+        # (more programs than split tiles, or each program at least one tile's worth); >= 2 iterations a program
         assert plan.dp_tiles % plan.num_programs == 0
-        assert 0 < plan.sk_tiles < plan.num_programs
+        assert 0 < plan.sk_tiles < 2 * plan.num_programs
+        assert plan.sk_tiles < plan.num_programs or (plan.num_programs == budget and plan.k_iters >= 2)
         assert plan.sk_tiles * plan.k_iters >= 2 * plan.num_programs
         tile = cfg.block_m * cfg.block_n
-        assert plan.workspace_numel == (plan.num_programs + plan.sk_tiles) * tile + 2 * plan.num_programs
+        assert plan.workspace_numel == plan.num_programs * tile + 2 * plan.num_programs
     else:
         assert plan.dp_tiles == plan.num_tiles and plan.workspace_numel == 0
     assert cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * element_bytes(dtype) <= spec.smem_per_block
@@ -218,6 +220,31 @@ def test_streamk_keeps_whole_waves_data_parallel():
     # 288 tiles on 66 SMs: 4 whole waves (264 tiles) run data-parallel, 24 tiles are split over the 66 programs.
     plan = make_plan(3072, 3072, 8192, torch.bfloat16, H200, schedule="streamk", num_sms=66)
     assert (plan.num_tiles, plan.dp_tiles, plan.sk_tiles, plan.num_programs) == (288, 264, 24, 66)
+
+
+def test_streamk_split_over_the_last_two_waves():
+    assert streamk_split(288, 128, 132, waves=2) == (132, 132)  # 156 tiles split, 1.2 tiles' worth a program
+    assert streamk_split(200, 128, 132, waves=2) == (0, 132)  # one whole wave: every tile split
+    assert streamk_split(100, 128, 132, waves=2) is None  # no whole wave to add
+    assert streamk_split(264, 128, 132, waves=2) is None  # whole waves only
+    assert streamk_split(288, 1, 132, waves=2) is None  # tiles of one K-iteration cannot be split
+
+
+@pytest.mark.parametrize(("shape", "num_sms", "dtype", "sk_tiles"), [
+    # Measured on the H200 (stop 20, scripts/probe_sk_split.py): many programs a split tile in the partial wave
+    # (its finisher reads them all at one SM's rate) -> split the last two waves: 1.03-1.11x faster.
+    ((3072, 3072, 8192), None, torch.bfloat16, 156),
+    ((4096, 4352, 4096), None, torch.bfloat16, 148),
+    ((4096, 4096, 4096), 100, torch.bfloat16, 112),
+    ((3072, 3072, 8192), None, torch.float8_e4m3fn, 156),
+    # ~3 programs a split tile: the last wave only (two waves measured 1-8% slower).
+    ((2560, 2560, 8192), None, torch.bfloat16, 68),
+    ((1024, 10240, 8192), None, torch.bfloat16, 56),
+    ((1024, 8192, 8192), 100, torch.bfloat16, 56),
+])
+def test_streamk_waves_as_measured(shape, num_sms, dtype, sk_tiles):
+    plan = make_plan(*shape, dtype, H200, num_sms=num_sms)
+    assert (plan.schedule, plan.config.block_m, plan.config.block_n, plan.sk_tiles) == ("streamk", 128, 256, sk_tiles)
 
 
 def test_tf32_and_fp8_precision_flags():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import smgemm
 import smgemm._gemm
+import smgemm.plan
 from cases import DTYPES, Case
 from reference import assert_gemm_close, randn
 from smgemm._device import device_spec
@@ -19,6 +20,29 @@ from smgemm.plan import TileConfig, make_plan
 
 SMALL = TileConfig(16, 32, 16, num_warps=4, num_stages=2)
 SMALL_FP8 = TileConfig(16, 32, 32, num_warps=4, num_stages=2)
+
+
+@pytest.fixture
+def split_waves(monkeypatch):
+    """Call with 1 or 2: Stream-K plans made in the test split the last that many waves (plan.streamk_split)."""
+    def force(waves):
+        monkeypatch.setattr(smgemm.plan, "_candidates", lambda schedules: [(s, waves) for s in schedules])
+        forget()
+
+    def forget():
+        smgemm.plan.make_plan.cache_clear()
+        smgemm._gemm._SEEN_CALLS.clear()
+
+    yield force
+    monkeypatch.undo()
+    forget()
+
+
+def _flags(plan, ws):
+    """The int64 flags after the partial tiles in a Stream-K workspace, one per program."""
+    flags = ws[plan.num_programs * plan.config.block_m * plan.config.block_n:].view(torch.int64)
+    assert flags.shape == (plan.num_programs,)
+    return flags
 
 
 def _plan(a, b, num_sms, config=SMALL, schedule="streamk"):
@@ -39,9 +63,21 @@ def test_one_tile_split_over_programs(programs, k, device):
     assert_gemm_close(out, a, b, alpha=0.5, beta=2.0, c=bias)
 
 
+def test_finisher_sums_each_column_block(device):
+    # A 32 x 128 tile with 1 warp is finished 32 columns at a time (_gemm.fixup_columns): 4 blocks, each the sum
+    # of the lower programs' partials and the finisher's own, picked from its registers. N = 120 ends in block 4.
+    cfg = TileConfig(32, 128, 16, num_warps=1, num_stages=2)
+    assert smgemm._gemm.fixup_columns(cfg) == 32
+    a, b = Case(32, 120, 160, "fp16", "nt").operands(device)
+    bias = torch.arange(120, dtype=torch.float32, device=device)
+    assert _plan(a, b, 3, cfg).sk_tiles == 1
+    out = gemm(a, b, c=bias, beta=1.0, schedule="streamk", num_sms=3, config=cfg)
+    assert_gemm_close(out, a, b, beta=1.0, c=bias)
+
+
 def test_a_tile_shared_by_more_programs_than_the_finisher_has_threads(device, monkeypatch):
     # One 16 x 16 tile of 70 K-iterations over 35 programs (2 each), with 1 warp: the finisher acquires 34 flags,
-    # more than its 32 threads take at once (kernels.gemm: FLAG_LANES), and sums 35 partials four at a time.
+    # more than its 32 threads take at once (kernels.gemm: FLAG_LANES), and sums 34 lower partials two at a time.
     seen = []
 
     def garbage_workspace(plan, dev):
@@ -57,18 +93,32 @@ def test_a_tile_shared_by_more_programs_than_the_finisher_has_threads(device, mo
     out = gemm(a, b, c=bias, schedule="streamk", num_sms=40, config=cfg)
     assert_gemm_close(out, a, b, beta=1.0, c=bias)
     assert torch.equal(out, gemm(a, b, c=bias, schedule="streamk", num_sms=40, config=cfg))
-    flags = seen[-1][(plan.num_programs + plan.sk_tiles) * 16 * 16:].view(torch.int64)
-    assert (flags[:34] == 0).all(), "every published flag, in both chunks of lanes, read and reset by the finisher"
+    assert (_flags(plan, seen[-1])[:34] == 0).all(), \
+        "every published flag, in both chunks of lanes, read and reset by the finisher"
 
 
-def test_full_waves_then_split_tiles_with_edges(device):
+def test_full_waves_then_split_tiles_with_edges(device, split_waves):
     # 7 x 5 = 35 tiles on 4 programs: 32 whole tiles (8 waves), then 3 tiles x 5 K-iterations over 4 programs.
     # M, N and K are not multiples of the tile.
+    split_waves(1)
     a, b = Case(100, 130, 70, "fp16", "tn").operands(device)
     plan = _plan(a, b, 4)
     assert (plan.schedule, plan.dp_tiles, plan.sk_tiles, plan.k_iters) == ("streamk", 32, 3, 5)
     assert not plan.even_k
     assert_gemm_close(gemm(a, b, schedule="streamk", num_sms=4, config=SMALL), a, b)
+
+
+def test_split_over_the_last_two_waves(device, split_waves):
+    # 35 tiles on 4 programs, the last whole wave split too: 28 whole tiles, then 7 tiles x 5 K-iterations over 4
+    # programs (8 or 9 each): ranges that finish one tile, hold a whole one and start a third.
+    split_waves(2)
+    a, b = Case(100, 130, 70, "fp16", "tn").operands(device)
+    bias = torch.arange(130, dtype=torch.float32, device=device)
+    plan = _plan(a, b, 4)
+    assert (plan.schedule, plan.dp_tiles, plan.sk_tiles, plan.num_programs) == ("streamk", 28, 7, 4)
+    out = gemm(a, b, c=bias, alpha=0.5, beta=2.0, schedule="streamk", num_sms=4, config=SMALL)
+    assert_gemm_close(out, a, b, alpha=0.5, beta=2.0, c=bias)
+    assert torch.equal(out, gemm(a, b, c=bias, alpha=0.5, beta=2.0, schedule="streamk", num_sms=4, config=SMALL))
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32", "fp8"])
@@ -132,9 +182,7 @@ def test_workspace_needs_no_reset_and_is_left_clean(device, monkeypatch):
     for _ in range(2):
         assert_gemm_close(gemm(a, b, schedule="streamk", num_sms=5, config=SMALL), a, b)
     plan, ws = seen[-1]
-    flags = ws[(plan.num_programs + plan.sk_tiles) * SMALL.block_m * SMALL.block_n:].view(torch.int64)
-    assert flags.shape == (plan.num_programs,)
-    assert (flags[:-1] == 0).all(), "programs 0..3 each published a partial, read and reset by program 4"
+    assert (_flags(plan, ws)[:-1] == 0).all(), "programs 0..3 each published a partial, read and reset by program 4"
 
 
 @pytest.mark.parametrize(("num_sms", "programs"), [(8, 8), (11, 11), (12, 12), (20, 20)])

@@ -23,8 +23,11 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   the last, partial wave are split evenly over all programs, so that wave costs `ceil(rem * k_iters / P)`
   iterations instead of k_iters. The fixup adds `_SK_FIXUP_BASE` plus, per program sharing a split tile,
   `_SK_FIXUP_PER_SHARER` scaled by the partial tile's size (publishing / reading it through the workspace and
-  waiting for it; fitted on the H200, docs/performance.md). Splits thinner than `_SK_MIN_ITERS` iterations per
-  program are not considered: they stay data-parallel (persistent). With fewer tiles than SMs the grid is a
+  waiting for it; fitted on the H200, docs/performance.md). The model also weighs splitting the last whole wave
+  with the partial one (`waves=2`): each program then holds 1-2 tiles' worth of iterations and a split tile
+  has ~2 sharers instead of k_iters / share + 1, but more iterations are split, and on the Hopper path a split
+  iteration whose range drifts across tiles costs `_SK_DRIFT` whole-tile ones. Splits thinner than
+  `_SK_MIN_ITERS` iterations per program are not considered: they stay data-parallel (persistent). With fewer tiles than SMs the grid is a
   multiple of the tiles where that keeps >= 90% of the budget (`_aligned_programs`): every program then holds
   one near-equal part of one tile's K-loop, in step with the same part of the other tiles. Otherwise split tiles
   advance through K out of step, so an operand panel that several of them share is fetched from device memory
@@ -84,6 +87,11 @@ _SK_MIN_ITERS = 2  # fewest K-iterations per Stream-K program; thinner splits ru
 _SK_FIXUP_BASE = 4.0  # 3.0 until stop 13: 128 x 4096 x 8192 then split where 64 x 64 persistent tiles ran 9% faster
 _SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
 _SK_MARGIN = 0.97
+# A split iteration costs this many whole-tile ones where the split ranges drift across tiles (the grid not aligned
+# to the split tiles): on the H200, bf16 3072^2 x 8192's 23 split iterations a program took ~21 us against ~16 at
+# the whole waves' rate (scripts/probe_sk_waves.py, stop 20). Fitted, with _SK_FIXUP_PER_SHARER, to the splits of
+# the last wave against those of the last two (scripts/probe_sk_split.py, stop 20).
+_SK_DRIFT = 1.14
 # Fewest programs, as a fraction of the budget, that an aligned Stream-K grid may use (`_aligned_programs`): the
 # split that drifts across tiles measured 11-20% slower on 16-64 tiles, so giving up 10% of the SMs still pays.
 _SK_ALIGN_FILL = 0.9
@@ -177,10 +185,10 @@ class Plan:
 
     @property
     def workspace_numel(self) -> int:
-        """fp32 elements of Stream-K scratch: a partial tile per program and per split tile, then int64 flags."""
+        """fp32 elements of Stream-K scratch: a partial tile per program, then an int64 flag per program."""
         if not self.sk_tiles:
             return 0
-        return (self.num_programs + self.sk_tiles) * self.config.block_m * self.config.block_n + 2 * self.num_programs
+        return self.num_programs * self.config.block_m * self.config.block_n + 2 * self.num_programs
 
 
 def element_bytes(dtype: torch.dtype) -> int:
@@ -196,15 +204,18 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
-def streamk_split(num_tiles: int, k_iters: int, budget: int) -> tuple[int, int] | None:
+def streamk_split(num_tiles: int, k_iters: int, budget: int, waves: int = 1) -> tuple[int, int] | None:
     """(dp_tiles, num_programs) of the hybrid Stream-K schedule, or None when nothing would be split.
 
-    Whole waves stay data-parallel; the K-iterations of the last, partial wave are split evenly over the
-    programs. With fewer tiles than SMs, the grid shrinks so that every program gets >= _SK_MIN_ITERS iterations.
+    Whole waves stay data-parallel; the K-iterations of the last, partial wave (waves=1), or of the last whole
+    wave and the partial one (waves=2, where there is a whole wave), are split evenly over the programs. With
+    fewer tiles than SMs, the grid shrinks so that every program gets >= _SK_MIN_ITERS iterations.
     """
     full_waves, rem = divmod(num_tiles, budget)
-    if rem == 0:
-        return None  # every wave is full: nothing to balance
+    if rem == 0 or (waves == 2 and (full_waves == 0 or k_iters < _SK_MIN_ITERS)):
+        return None  # every wave is full: nothing to balance (or no whole wave to add, or tiles too short to split)
+    if waves == 2:
+        return (full_waves - 1) * budget, budget
     sk_iters = rem * k_iters
     programs = budget if full_waves else min(budget, sk_iters // _SK_MIN_ITERS)
     if not full_waves:
@@ -246,7 +257,8 @@ def _iteration(cfg: TileConfig, elem: int, active: int, budget: int) -> float:
 
 
 def modelled_time(
-    cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2_bytes: int = 50 * 2**20
+    cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2_bytes: int = 50 * 2**20,
+    sk_waves: int = 1,
 ) -> float:
     """Critical-path time of `schedule` with tile `cfg`, in iterations of the reference tile (inf: not applicable).
 
@@ -269,7 +281,7 @@ def modelled_time(
             longest += k_iters * _iteration(cfg, elem, rem, budget)
         waves = math.ceil(tiles / budget)
         return max(longest, waves * k_iters * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER)
-    split = streamk_split(tiles, k_iters, budget)
+    split = streamk_split(tiles, k_iters, budget, sk_waves)
     if split is None:
         return math.inf
     dp_tiles, programs = split
@@ -279,21 +291,30 @@ def modelled_time(
     # Split tiles advance through K out of step (unless the grid is aligned to them, `_aligned_programs`), so a
     # panel of A or B shared by several of them is fetched once per tile unless that operand's split region stays
     # in L2 (the split tiles are the last ones, GROUP_M rows deep).
+    drift = 1.0
     if programs % (tiles - dp_tiles):
+        drift = _SK_DRIFT if cfg.tma else 1.0
         sk_rows = min(rows, 8, tiles - dp_tiles)
-        sk_cols = math.ceil((tiles - dp_tiles) / sk_rows)
+        sk_cols = min(cols, math.ceil((tiles - dp_tiles) / sk_rows))
         b_region, a_region = sk_cols * cfg.block_n * k * elem, sk_rows * cfg.block_m * k * elem
         hbm_bytes += (sk_rows - 1) * b_region * (b_region > l2_bytes)
         hbm_bytes += (sk_cols - 1) * a_region * (a_region > l2_bytes)
     iters = dp_tiles // programs * k_iters + math.ceil(per_program)
     longest = (dp_tiles // programs * k_iters * _iteration(cfg, elem, budget, budget)
-               + math.ceil(per_program) * _iteration(cfg, elem, programs, budget))
+               + math.ceil(per_program) * _iteration(cfg, elem, programs, budget) * drift)
     return max(longest, iters * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER) + fixup
 
 
-def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2: int) -> float:
+def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2: int,
+          sk_waves: int = 1) -> float:
     """modelled_time, Stream-K's divided by _SK_MARGIN: it must win clearly to be chosen."""
-    return modelled_time(cfg, m, n, k, dtype, budget, schedule, l2) / (_SK_MARGIN if schedule == "streamk" else 1.0)
+    time = modelled_time(cfg, m, n, k, dtype, budget, schedule, l2, sk_waves)
+    return time / (_SK_MARGIN if schedule == "streamk" else 1.0)
+
+
+def _candidates(schedules: tuple[str, ...]) -> list[tuple[str, int]]:
+    """(schedule, sk_waves) pairs the model compares: Stream-K over the partial wave, or the last two waves."""
+    return [(s, waves) for s in schedules for waves in ((1, 2) if s == "streamk" else (1,))]
 
 
 def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: int) -> bool:
@@ -316,8 +337,9 @@ def choose_config(
     budget: int,
     schedules: tuple[str, ...] = ("persistent",),
     one_row: bool = True,
-) -> tuple[TileConfig, str]:
-    """The tile configuration and schedule (one of `schedules`) the model above predicts fastest on `budget` SMs.
+) -> tuple[TileConfig, str, int]:
+    """The tile configuration, schedule (one of `schedules`) and Stream-K split (`streamk_split`'s `waves`) the
+    model above predicts fastest on `budget` SMs.
 
     Up to _ONE_ROW_MAX_M rows (B streamed) the tile covers every row of A (`one_row`), where such a tile fits:
     thinner tiles would stream B once per row of tiles. On the H200, M = 48 and 64 x 4096 x 4096 ran 20.7 us on
@@ -347,7 +369,7 @@ def choose_config(
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
-        for schedule in schedules:
+        for schedule, waves in _candidates(schedules):
             if skinny and largest and schedule == "streamk":
                 continue
             chosen, factor = cfg, 1.0
@@ -356,9 +378,9 @@ def choose_config(
                 chosen = dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem)
             if schedule == "streamk" and fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget):
                 chosen, factor = dataclasses.replace(cfg, num_stages=_DEEP_STAGES), _DEEP_FACTOR
-            cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec.l2_bytes) * factor
+            cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec.l2_bytes, waves) * factor
             if cost < best_cost:
-                best, best_cost = (chosen, schedule), cost
+                best, best_cost = (chosen, schedule, waves), cost
     if best is None and one_row:  # no tile of max_m rows fits (e.g. N < 64 for M = 17..32): any rows
         return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False)
     if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
@@ -485,15 +507,16 @@ def make_plan(
     budget = resolve_budget(num_sms, spec)
     wanted = {"auto": ("persistent", "streamk"), "streamk": ("streamk",)}.get(schedule, ("persistent",))
     if config is None:
-        cfg, chosen = choose_config(m, n, k, dtype, spec, budget, wanted)
+        cfg, chosen, sk_waves = choose_config(m, n, k, dtype, spec, budget, wanted)
     else:
         cfg = config
-        chosen = min(wanted, key=lambda s: _cost(cfg, m, n, k, dtype, budget, s, spec.l2_bytes))
+        chosen, sk_waves = min(_candidates(wanted),
+                               key=lambda c: _cost(cfg, m, n, k, dtype, budget, c[0], spec.l2_bytes, c[1]))
     if cfg.block_k < min_block_k(dtype):
         raise ValueError(f"{dtype} needs block_k >= {min_block_k(dtype)}, got {cfg}")
     num_tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
     k_iters = math.ceil(k / cfg.block_k)
-    split = streamk_split(num_tiles, k_iters, budget) if chosen == "streamk" else None
+    split = streamk_split(num_tiles, k_iters, budget, sk_waves) if chosen == "streamk" else None
     if split is not None:
         schedule, (dp_tiles, num_programs) = "streamk", split
     elif schedule == "data_parallel" and num_sms is None:

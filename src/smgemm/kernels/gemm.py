@@ -11,7 +11,10 @@ import triton.language as tl
 
 from .common import epilogue, k_loop, smid, tile_coords
 
-_FIXUP_UNROLL: tl.constexpr = tl.constexpr(4)  # partial tiles a Stream-K finisher loads at once
+# Partial tiles a Stream-K finisher loads at once. 4 until stop 20, when the finisher began to keep its own partial
+# in registers: 1 and 4 ran equally fast on the H200 (bf16 3072^2 x 8192, scripts/probe_sk_waves.py), and 2 keeps
+# the 128 x 256 tile's kernel within 255 registers.
+_FIXUP_UNROLL: tl.constexpr = tl.constexpr(2)
 
 
 @triton.jit
@@ -19,6 +22,16 @@ def _first_owner(it, base, extra):
     """The program whose Stream-K range holds iteration `it` (programs < extra own base + 1 iterations, others base)."""
     boundary = extra * (base + 1)
     return tl.where(it < boundary, it // (base + 1), extra + (it - boundary) // base)
+
+
+@triton.jit
+def _column_block(x, j: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr, WIDTH: tl.constexpr):
+    """Columns [j * WIDTH, (j + 1) * WIDTH) of the fp32 register tile x [ROWS, BLOCKS * WIDTH], bit for bit: the
+    column blocks' bits, all but block j masked to 0, summed as integers (each thread holds all blocks of its
+    rows and columns, so no data moves between threads)."""
+    bits = x.to(tl.int32, bitcast=True).reshape(ROWS, BLOCKS, WIDTH)
+    pick = (tl.arange(0, BLOCKS) == j)[None, :, None]
+    return tl.sum(tl.where(pick, bits, 0), axis=1).to(tl.float32, bitcast=True)
 
 
 @triton.jit(do_not_specialize=["epoch"])
@@ -89,12 +102,11 @@ def gemm_kernel(
         start = tl.where(aligned, part_tile * k_iters + part_no * k_iters // parts, even_start)
         end = tl.where(aligned, part_tile * k_iters + (part_no + 1) * k_iters // parts,
                        even_start + base + (pid < extra).to(tl.int32))
-        # Workspace: fp32 tiles, slot p < P holding program p's published partial, slot P + t the finishing program's
-        # own partial of split tile t; then one int64 flag per program. A flag holds `epoch` (this launch's random
-        # id) while its partial is published, and is reset to 0 by the one program that reads it.
+        # Workspace: fp32 tiles, slot p holding program p's published partial; then one int64 flag per program. A
+        # flag holds `epoch` (this launch's random id) while its partial is published, and is reset to 0 by the one
+        # program that reads it.
         tile_elems = BLOCK_M * BLOCK_N
-        num_slots = num_programs + num_pid_m * num_pid_n - dp_tiles
-        p_flags = (ws_ptr + num_slots * tile_elems).to(tl.pointer_type(tl.int64))
+        p_flags = (ws_ptr + num_programs * tile_elems).to(tl.pointer_type(tl.int64))
         offs_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         # Walk the range from its end: the first segment done is the one a higher program waits for (the end of
         # a range is mid-tile unless it is a tile boundary), so partials are published as early as possible.
@@ -123,14 +135,12 @@ def gemm_kernel(
                     HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
                 )
             else:
-                # This program finishes a tile that lower programs started. Its own partial joins theirs in the
-                # workspace; then the tile is summed in program order (deterministic) and finished by the one
-                # epilogue, FIXUP_N columns at a time so that no full-tile partial sits in registers beside acc.
-                # Waiting only on lower programs keeps the kernel deadlock-free (docs/streamk.md) and runnable by
-                # the in-order interpreter.
+                # This program finishes a tile that lower programs started: the tile is summed in program order
+                # (deterministic), its own partial (still in registers) last, and finished by the one epilogue,
+                # FIXUP_N columns at a time so that no second full tile sits in registers beside acc. Waiting only
+                # on lower programs keeps the kernel deadlock-free (docs/streamk.md) and runnable by the in-order
+                # interpreter.
                 first = tl.where(aligned, tile * parts, _first_owner(tile_start, base, extra))
-                p_own = ws_ptr + (num_programs + tile) * tile_elems
-                tl.store(p_own + offs_tile, acc, cache_modifier=".cg")
                 # Wait for the lower sharers' flags all at once, one per thread (FLAG_LANES = the program's threads,
                 # so no flag is handled twice): each acquires and resets its flag, until every one held `epoch`.
                 for lane0 in range(first, pid, FLAG_LANES):
@@ -139,7 +149,7 @@ def gemm_kernel(
                     while tl.max(pending.to(tl.int32), axis=0) > 0:
                         seen = tl.atomic_xchg(p_flags + lanes, epoch * 0, mask=pending, sem="acquire", scope="gpu")
                         pending = pending & (seen != epoch)
-                tl.debug_barrier()  # every flag acquired, and this program's own stores visible to all its threads
+                tl.debug_barrier()  # every flag acquired before any thread reads a partial
                 for j in tl.static_range(BLOCK_N // FIXUP_N):
                     offs = j * FIXUP_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, FIXUP_N)[None, :]
                     part = tl.load(ws_ptr + first * tile_elems + offs, cache_modifier=".cg")
@@ -148,7 +158,7 @@ def gemm_kernel(
                         for u in tl.static_range(_FIXUP_UNROLL):
                             part += tl.load(ws_ptr + (p + u) * tile_elems + offs, mask=p + u < pid, other=0.0,
                                             cache_modifier=".cg")
-                    part += tl.load(p_own + offs, cache_modifier=".cg")
+                    part += _column_block(acc, j, BLOCK_M, BLOCK_N // FIXUP_N, FIXUP_N)
                     epilogue(
                         part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_ptr, d_desc, stride_dm, stride_dn,
                         c_ptr, stride_cm, stride_cn, sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
