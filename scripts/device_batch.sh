@@ -302,6 +302,8 @@ bf16 16x28672x4096 132,bf16 3072x3072x8192 66,bf16 2560x2560x8192 66,bf16 5120x4
 bf16 64x10240x8192 66,bf16 4096x4096x4096 100,bf16 1024x8192x8192 100,bf16 16x8192x8192 100,\
 fp8 3072x3072x8192 132,fp8 2560x2560x8192 132,fp8 1024x10240x8192 132,fp8 5120x4352x4096 132,\
 fp8 4096x8192x8192 100" ;;
+    sksplit3) step sksplit3 200 $PY scripts/probe_sk_split.py --cases "bf16 32x10240x8192 100,\
+bf16 64x28672x4096 66,bf16 128x6144x4096 66,bf16 128x10240x8192 100,fp8 128x10240x8192 66" ;;
     sksplit2) step sksplit2 500 $PY scripts/probe_sk_split.py --cases "$SKCASES2" ;;
     skncu) # device-memory traffic of the Stream-K split against persistent tiles and whole waves (bf16 3072^2 x 8192)
       step skncu 200 bash -c "for v in '128x256x64 w8 s3 tma sk' '128x256x64 w8 s3 tma'; do
