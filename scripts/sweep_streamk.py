@@ -25,20 +25,14 @@ SHAPES = [(m, n, k) for m, n in ((128, 1024), (256, 2048), (512, 4096), (1024, 1
 
 def _modelled(plan, m, n, k, dtype) -> float:
     l2_bytes = device_spec(torch.device("cuda")).l2_bytes
-    return modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, l2_bytes)
+    return modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, l2_bytes, plan.sk_waves)
 
 
 def _with_fixup_n(fixup_n):
-    """Patch the kernel meta-parameter FIXUP_N (None: the library's choice)."""
-    original = _gemm.__dict__.setdefault("_original_kernel_args", _gemm._kernel_args)
-
-    def kernel_args(*args):
-        tensors, ints, floats, meta = original(*args)
-        if fixup_n is not None and meta["STREAMK"]:
-            meta = dict(meta, FIXUP_N=min(fixup_n, meta["BLOCK_N"]))
-        return tensors, ints, floats, meta
-
-    _gemm._kernel_args = kernel_args
+    """Patch the kernel meta-parameter FIXUP_N (None: the library's choice, `_gemm.fixup_columns`)."""
+    original = _gemm.__dict__.setdefault("_original_fixup_columns", _gemm.fixup_columns)
+    _gemm.fixup_columns = original if fixup_n is None else lambda cfg: min(fixup_n, cfg.block_n)
+    _gemm._SEEN_CALLS.clear()  # remembered calls keep the meta-parameters they were launched with
 
 
 def main():

@@ -228,6 +228,9 @@ def test_streamk_split_over_the_last_two_waves():
     assert streamk_split(100, 128, 132, waves=2) is None  # no whole wave to add
     assert streamk_split(264, 128, 132, waves=2) is None  # whole waves only
     assert streamk_split(288, 1, 132, waves=2) is None  # tiles of one K-iteration cannot be split
+    plan = make_plan(3072, 3072, 8192, torch.bfloat16, H200)
+    assert (plan.dp_tiles, plan.sk_tiles, plan.sk_waves) == (132, 156, 2)
+    assert make_plan(2560, 2560, 8192, torch.bfloat16, H200).sk_waves == 1
 
 
 @pytest.mark.parametrize(("shape", "num_sms", "dtype", "sk_tiles"), [

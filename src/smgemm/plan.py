@@ -27,8 +27,9 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   with the partial one (`waves=2`): each program then holds 1-2 tiles' worth of iterations and a split tile
   has ~2 sharers instead of k_iters / share + 1, but more iterations are split, and on the Hopper path a split
   iteration whose range drifts across tiles costs `_SK_DRIFT` whole-tile ones. Splits thinner than
-  `_SK_MIN_ITERS` iterations per program are not considered: they stay data-parallel (persistent). With fewer tiles than SMs the grid is a
-  multiple of the tiles where that keeps >= 90% of the budget (`_aligned_programs`): every program then holds
+  `_SK_MIN_ITERS` iterations per program are not considered: they stay data-parallel (persistent). With fewer
+  tiles than SMs the grid is a multiple of the tiles where that keeps >= 90% of the budget
+  (`_aligned_programs`): every program then holds
   one near-equal part of one tile's K-loop, in step with the same part of the other tiles. Otherwise split tiles
   advance through K out of step, so an operand panel that several of them share is fetched from device memory
   once per tile unless that operand's split region fits in L2. `auto` takes Stream-K only when it is predicted
@@ -182,6 +183,12 @@ class Plan:
     @property
     def sk_tiles(self) -> int:
         return self.num_tiles - self.dp_tiles
+
+    @property
+    def sk_waves(self) -> int:
+        """`streamk_split`'s `waves`: 2 when the last whole wave is split with the partial one (more split tiles
+        than programs), else 1."""
+        return 2 if self.sk_tiles > self.num_programs else 1
 
     @property
     def workspace_numel(self) -> int:
