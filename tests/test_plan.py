@@ -250,6 +250,21 @@ def test_streamk_waves_as_measured(shape, num_sms, dtype, sk_tiles):
     assert (plan.schedule, plan.config.block_m, plan.config.block_n, plan.sk_tiles) == ("streamk", 128, 256, sk_tiles)
 
 
+@pytest.mark.parametrize("shape", [(8192, 8192, 8192), (4096, 4096, 4096), (128, 14336, 4096), (16, 4096, 4096)])
+def test_fp32_without_tf32_takes_fma_tiles(shape):
+    # FMA, not tensor cores: at most 128 x 128 through pointers, 32-element K steps from 64 x 64 up (the H200: 22
+    # TFLOP/s at 4096^3 where the tensor-core plan's 128 x 256 TMA tile ran 0.5, stop 20).
+    ieee = make_plan(*shape, torch.float32, H200)
+    cfg = ieee.config
+    assert ieee.input_precision == "ieee" and cfg.block_m * cfg.block_n <= 128 * 128 and not cfg.tma
+    assert cfg.block_k == 32 or cfg.block_m * cfg.block_n < 64 * 64
+    if shape[0] >= 128:
+        assert (cfg.block_m, cfg.block_n, cfg.num_warps) == (128, 128, 8)
+    tf32 = make_plan(*shape, torch.float32, H200, tf32=True)
+    if shape[0] >= 4096:
+        assert (tf32.config.block_m, tf32.config.block_n, tf32.config.tma) == (128, 256, True)
+
+
 def test_tf32_and_fp8_precision_flags():
     assert make_plan(64, 64, 64, torch.float32, H200, tf32=True).input_precision == "tf32"
     assert make_plan(64, 64, 64, torch.float32, H200, tf32=False).input_precision == "ieee"

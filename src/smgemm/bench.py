@@ -223,9 +223,10 @@ def bench_full_chip(
     shapes: list[tuple[int, int, int]], dtype: torch.dtype, schedules: list[str]
 ) -> list[dict[str, object]]:
     import smgemm
-    from smgemm._device import device_spec
+    from smgemm._device import device_spec, tf32_enabled
 
     spec = device_spec(torch.device("cuda"))
+    tf32 = dtype == torch.float32 and tf32_enabled()  # the plans gemm makes (set by `table_dtype` for "tf32")
     rows = []
     for m, n, k in _progress(shapes, "full chip"):
         sets = _operands(m, n, k, dtype, _copies_for(m, n, k, dtype))
@@ -237,7 +238,7 @@ def bench_full_chip(
         err = 0.0
         timed = {}  # plan -> seconds: a schedule that resolves to a plan already timed is that same kernel
         for schedule in schedules:
-            plan = smgemm.make_plan(m, n, k, dtype, spec, schedule=schedule)
+            plan = smgemm.make_plan(m, n, k, dtype, spec, schedule=schedule, tf32=tf32)
             if plan not in timed:
                 ours = _smgemm_mm(schedule=schedule)
                 err = max(err, _rel_err(ours(*sets[0]), ref))
@@ -250,7 +251,7 @@ def bench_full_chip(
                 row[f"{s} TFLOP/s"] for s in schedules[1:])
         if "streamk" in schedules and "data_parallel" in schedules:
             row["streamk/dp"] = row["streamk TFLOP/s"] / row["data_parallel TFLOP/s"]
-        row["plan"] = describe(smgemm.make_plan(m, n, k, dtype, spec, schedule=schedules[0]))
+        row["plan"] = describe(smgemm.make_plan(m, n, k, dtype, spec, schedule=schedules[0], tf32=tf32))
         row["rel err"] = err
         rows.append(row)
         del sets

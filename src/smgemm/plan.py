@@ -131,6 +131,11 @@ _SKINNY_MAX_M = 128
 # drifting ranges cost small tiles.)
 _DEEP_STAGES = 6
 _DEEP_FACTOR = 0.85
+# fp32 without TF32 runs on FMA instructions (Triton's `tl.dot(..., input_precision="ieee")`), not tensor cores. On
+# the H200 (stop 20, scripts/sweep_configs.py --dtype fp32) the tensor-core plans' 128 x 256 TMA tiles ran at 0.5
+# TFLOP/s (4096^3; torch 50), 128 x 128 x 32 pointer tiles with 8 warps at 22 (0.44x of torch, the best of nine
+# tilings at 4096^3 and 128 x 14336 x 4096), 64 x 64 at 11: tiles are capped at 128 x 128, through pointers.
+_FMA_MAX_TILE = 128 * 128
 # Persistent 16-bit 4-warp tiles (128 x 64, 64 x 128, 64 x 64) take K steps of at least this many bytes at every M,
 # as the skinny and streaming rules already give them below M = 128: 1024^3 ran 9.7 -> 8.7 us (-10%) and 9.9 -> 9.0
 # in two runs on the H200 (docs/performance.md, stop 17). Stream-K keeps 128-byte steps, which its deeper few-tile
@@ -344,20 +349,26 @@ def choose_config(
     budget: int,
     schedules: tuple[str, ...] = ("persistent",),
     one_row: bool = True,
+    fma: bool = False,
 ) -> tuple[TileConfig, str, int]:
     """The tile configuration, schedule (one of `schedules`) and Stream-K split (`streamk_split`'s `waves`) the
     model above predicts fastest on `budget` SMs.
 
     Up to _ONE_ROW_MAX_M rows (B streamed) the tile covers every row of A (`one_row`), where such a tile fits:
     thinner tiles would stream B once per row of tiles. On the H200, M = 48 and 64 x 4096 x 4096 ran 20.7 us on
-    the 32 x 64 tiles the model preferred and 14.3 on 64 x 64 ones (stop 19)."""
+    the 32 x 64 tiles the model preferred and 14.3 on 64 x 64 ones (stop 19).
+
+    `fma`: fp32 operands multiplied in full precision (no TF32), which Triton computes with FMA instructions, not
+    tensor cores: tiles of at most 128 x 128, through pointers (`_FMA_MAX_TILE`)."""
     elem = element_bytes(dtype)
     skinny = _STREAMING_MAX_M < m <= _SKINNY_MAX_M
     max_m, max_n = max(16, _next_pow2(m)), max(32, _next_pow2(n))
     one_row = one_row and m <= _ONE_ROW_MAX_M
     best, best_cost = None, math.inf
     for bm, bn, warps in _CANDIDATE_TILES:
-        if bm > max_m or bn > max_n or (skinny and bm * bn == 128 * 128) or (one_row and bm < max_m):
+        if bm > max_m or bn > max_n or (one_row and bm < max_m) or (fma and bm * bn > _FMA_MAX_TILE):
+            continue
+        if skinny and bm * bn == 128 * 128 and not fma:
             continue
         largest = bm * bn >= 128 * 256
         if skinny and largest and math.ceil(m / bm) * math.ceil(n / bn) < 0.8 * budget:
@@ -367,13 +378,15 @@ def choose_config(
         # fp8 1.02-1.08x (the H200, stop 19, scripts/probe_row_rules.py)
         block_k = 128 // elem * (4 if m <= _WIDE_K_MAX_M else 2 if m <= _STREAMING_MAX_M or (skinny and not largest)
                                  else 1)
+        if fma and bm * bn >= 64 * 64:
+            block_k = 32  # 128-byte rows on FMA: 128 x 128 x 16 ran 11% slower (stop 20)
         block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
         stage_bytes = (bm + bn) * block_k * elem
         fit = (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes
         stages = min(3 if largest else 4, fit)
         if stages < 2:
             continue
-        hopper = bm * bn >= _HOPPER_PATH_MIN_TILE
+        hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
         for schedule, waves in _candidates(schedules):
@@ -389,9 +402,9 @@ def choose_config(
             if cost < best_cost:
                 best, best_cost = (chosen, schedule, waves), cost
     if best is None and one_row:  # no tile of max_m rows fits (e.g. N < 64 for M = 17..32): any rows
-        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False)
+        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False, fma=fma)
     if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
-        return choose_config(m, n, k, dtype, spec, budget)
+        return choose_config(m, n, k, dtype, spec, budget, fma=fma)
     assert best is not None, "the smallest candidate tile always fits"
     return best
 
@@ -514,7 +527,8 @@ def make_plan(
     budget = resolve_budget(num_sms, spec)
     wanted = {"auto": ("persistent", "streamk"), "streamk": ("streamk",)}.get(schedule, ("persistent",))
     if config is None:
-        cfg, chosen, sk_waves = choose_config(m, n, k, dtype, spec, budget, wanted)
+        cfg, chosen, sk_waves = choose_config(m, n, k, dtype, spec, budget, wanted,
+                                              fma=dtype == torch.float32 and not tf32)
     else:
         cfg = config
         chosen, sk_waves = min(_candidates(wanted),
