@@ -28,11 +28,10 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   has ~2 sharers instead of k_iters / share + 1, but more iterations are split, and on the Hopper path a split
   iteration whose range drifts across tiles costs `_SK_DRIFT` whole-tile ones. Splits thinner than
   `_SK_MIN_ITERS` iterations per program are not considered: they stay data-parallel (persistent). With fewer
-  tiles than SMs the grid is a multiple of the tiles where that keeps >= 90% of the budget
-  (`_aligned_programs`): every program then holds
-  one near-equal part of one tile's K-loop, in step with the same part of the other tiles. Otherwise split tiles
-  advance through K out of step, so an operand panel that several of them share is fetched from device memory
-  once per tile unless that operand's split region fits in L2. `auto` takes Stream-K only when it is predicted
+  tiles than SMs the grid is a multiple of the tiles where that keeps >= 90% of the budget (`_aligned_programs`):
+  every program then holds one near-equal part of one tile's K-loop, in step with the same part of the other
+  tiles. Otherwise split tiles advance through K out of step, so an operand panel that several of them share is
+  fetched from device memory once per tile unless that operand's split region fits in L2. `auto` takes Stream-K only when it is predicted
   `1 - _SK_MARGIN` faster (the model's accuracy: within a few percent either way is a tie, and the persistent
   loop has no fixup risk);
 * the cheapest (tile, schedule) wins (ties go to the larger tile); the pipeline depth is the most stages of
@@ -88,10 +87,11 @@ _SK_MIN_ITERS = 2  # fewest K-iterations per Stream-K program; thinner splits ru
 _SK_FIXUP_BASE = 4.0  # 3.0 until stop 13: 128 x 4096 x 8192 then split where 64 x 64 persistent tiles ran 9% faster
 _SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
 _SK_MARGIN = 0.97
-# A split iteration costs this many whole-tile ones where the split ranges drift across tiles (the grid not aligned
-# to the split tiles): on the H200, bf16 3072^2 x 8192's 23 split iterations a program took ~21 us against ~16 at
-# the whole waves' rate (scripts/probe_sk_waves.py, stop 20). Fitted, with _SK_FIXUP_PER_SHARER, to the splits of
-# the last wave against those of the last two (scripts/probe_sk_split.py, stop 20).
+# A split iteration of a Hopper-path tile costs this many whole-tile ones where the split ranges drift across tiles
+# (the grid not aligned to the split tiles): on the H200, bf16 3072^2 x 8192's 23 split iterations a program took
+# ~21 us against ~16 at the whole waves' rate (scripts/probe_sk_waves.py, stop 20). Fitted to 23 splits of the last
+# wave timed against splits of the last two (scripts/probe_sk_split.py; 1.10-1.18 fit, 1.14 picks the faster plan
+# in the most). Not charged to pointer-path tiles: there it moved 8 plans to persistent tiles, 1-15% slower.
 _SK_DRIFT = 1.14
 # Fewest programs, as a fraction of the budget, that an aligned Stream-K grid may use (`_aligned_programs`): the
 # split that drifts across tiles measured 11-20% slower on 16-64 tiles, so giving up 10% of the SMs still pays.
