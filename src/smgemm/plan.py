@@ -31,9 +31,9 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   tiles than SMs the grid is a multiple of the tiles where that keeps >= 90% of the budget (`_aligned_programs`):
   every program then holds one near-equal part of one tile's K-loop, in step with the same part of the other
   tiles. Otherwise split tiles advance through K out of step, so an operand panel that several of them share is
-  fetched from device memory once per tile unless that operand's split region fits in L2. `auto` takes Stream-K only when it is predicted
-  `1 - _SK_MARGIN` faster (the model's accuracy: within a few percent either way is a tie, and the persistent
-  loop has no fixup risk);
+  fetched from device memory once per tile unless that operand's split region fits in L2. `auto` takes Stream-K
+  only when it is predicted `1 - _SK_MARGIN` faster (the model's accuracy: within a few percent either way is a
+  tie, and the persistent loop has no fixup risk);
 * the cheapest (tile, schedule) wins (ties go to the larger tile); the pipeline depth is the most stages of
   (BM + BN) * BK operand bytes that fit in shared memory, at most 4 (3 for the largest tile, whose fp32
   epilogue scratch also needs room), except 64 x 128 pointer tiles on aligned few-tile Stream-K grids: 6
