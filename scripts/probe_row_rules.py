@@ -9,6 +9,7 @@ same rotated operands (`bench._time_rotating`); rows whose plans are equal are t
 """
 
 import torch
+from sweep_configs import fixed_plan, patched
 
 from smgemm import plan as P
 from smgemm._device import device_spec
@@ -27,14 +28,8 @@ CASES = (
 
 def plans(m, n, k, dtype, spec, budget):
     new = P.make_plan(m, n, k, dtype, spec, num_sms=budget)
-    saved = P._WIDE_K_MAX_M, P._ONE_ROW_MAX_M
-    P._WIDE_K_MAX_M, P._ONE_ROW_MAX_M = 16, 0
-    P.make_plan.cache_clear()
-    try:
+    with patched(P, _WIDE_K_MAX_M=16, _ONE_ROW_MAX_M=0):
         old = P.make_plan(m, n, k, dtype, spec, num_sms=budget)
-    finally:
-        P._WIDE_K_MAX_M, P._ONE_ROW_MAX_M = saved
-        P.make_plan.cache_clear()
     return old, new
 
 
@@ -50,15 +45,15 @@ def main() -> None:
             if label == "new" and plan == old:
                 times["new"] = times["old"]
                 continue
-            fn = lambda a, b, plan=plan, budget=budget: gemm(a, b, num_sms=budget, schedule=plan.schedule,
-                                                             config=plan.config)
-            fn(*sets[0])  # compile outside the timing: a compile's pause lets the clocks drop (bench._time_rotating)
-            torch.cuda.synchronize()
-            times[label] = _time_rotating(fn, sets)
+            with fixed_plan(plan):
+                fn = lambda a, b, budget=budget: gemm(a, b, num_sms=budget)
+                fn(*sets[0])  # compile outside the timing: a compile's pause lets the clocks drop
+                torch.cuda.synchronize()
+                times[label] = _time_rotating(fn, sets)
         a, b = sets[0]
         ref = a.float() @ b.float()
-        err = ((gemm(a, b, num_sms=budget, schedule=new.schedule, config=new.config).float() - ref).norm()
-               / ref.norm()).item()
+        with fixed_plan(new):
+            err = ((gemm(a, b, num_sms=budget).float() - ref).norm() / ref.norm()).item()
         row = {"dtype": name, "M": m, "N": n, "K": k, "num_sms": budget or spec.num_sms,
                "old us": times["old"] * 1e3, "new us": times["new"] * 1e3,
                "new / old speed": times["old"] / times["new"],

@@ -6,11 +6,10 @@ time the plan it replaced and the new one, side by side.
 """
 
 import argparse
-import contextlib
 
 import torch
+from sweep_configs import fixed_plan, patched
 
-import smgemm._gemm as _gemm
 import smgemm.plan
 from smgemm._device import device_spec
 from smgemm._gemm import gemm
@@ -18,32 +17,10 @@ from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating,
 from smgemm.plan import make_plan
 
 
-@contextlib.contextmanager
 def planner_before_stop20():
     """Plans made inside are the planner's before stop 20: Stream-K over the partial wave only, split iterations
     costed as whole-tile ones (checked: the same plans on 1080 shapes, dtypes and budgets)."""
-    saved = smgemm.plan._candidates, smgemm.plan._SK_DRIFT
-    smgemm.plan._candidates = lambda schedules: [(s, 1) for s in schedules]
-    smgemm.plan._SK_DRIFT = 1.0
-    smgemm.plan.make_plan.cache_clear()
-    try:
-        yield
-    finally:
-        smgemm.plan._candidates, smgemm.plan._SK_DRIFT = saved
-        smgemm.plan.make_plan.cache_clear()
-
-
-@contextlib.contextmanager
-def fixed_plan(plan):
-    """smgemm.gemm runs `plan` whatever it is asked (its repeat-call cache emptied on the way in and out)."""
-    saved = _gemm.make_plan
-    _gemm.make_plan = lambda *args, **kwargs: plan
-    _gemm._SEEN_CALLS.clear()
-    try:
-        yield
-    finally:
-        _gemm.make_plan = saved
-        _gemm._SEEN_CALLS.clear()
+    return patched(smgemm.plan, _candidates=lambda schedules: [(s, 1) for s in schedules], _SK_DRIFT=1.0)
 
 
 def main():

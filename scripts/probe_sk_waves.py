@@ -19,13 +19,11 @@ For each shape (more tiles than SMs, a partial last wave) and one tile configura
 """
 
 import argparse
-import contextlib
 
 import torch
 from probe_fixup import _CUTS, cut_kernel
-from sweep_configs import parse_variant
+from sweep_configs import parse_variant, patched
 
-import smgemm._gemm as _gemm
 import smgemm.kernels.gemm as kgemm
 import smgemm.plan
 from smgemm._device import device_spec
@@ -38,36 +36,15 @@ _UNROLL = "_FIXUP_UNROLL: tl.constexpr = tl.constexpr(2)"
 _SK_RANGE = "seg_start - tile_start, seg_end - tile_start,"
 
 
-def _forget():
-    smgemm.plan.make_plan.cache_clear()
-    _gemm._SEEN_CALLS.clear()
-    _gemm._LAUNCHERS.clear()
-
-
-@contextlib.contextmanager
 def split_waves(waves: int):
     """Plans made inside split the last `waves` waves (plan.streamk_split): 1, the partial wave; 2, the last whole
     wave too."""
-    saved = smgemm.plan._candidates
-    smgemm.plan._candidates = lambda schedules: [(s, waves if s == "streamk" else 1) for s in schedules]
-    _forget()
-    try:
-        yield
-    finally:
-        smgemm.plan._candidates = saved
-        _forget()
+    return patched(smgemm.plan, _candidates=lambda schedules: [(s, waves if s == "streamk" else 1) for s in schedules])
 
 
-@contextlib.contextmanager
 def kernel(fn):
-    saved = kgemm.gemm_kernel
-    kgemm.gemm_kernel = fn
-    _forget()
-    try:
-        yield
-    finally:
-        kgemm.gemm_kernel = saved
-        _forget()
+    """Launches inside run `fn` in place of gemm_kernel (a cut copy)."""
+    return patched(kgemm, gemm_kernel=fn)
 
 
 def measure(shape, dtype, cfg, spec, no_fixup, cut_kernels) -> dict:

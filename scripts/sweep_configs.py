@@ -37,21 +37,36 @@ def parse_variant(text: str) -> tuple[TileConfig, str]:
 
 
 @contextlib.contextmanager
-def unaligned_streamk():
-    """Plans made inside split Stream-K tiles evenly over the whole budget, never over a grid aligned to the tiles
-    (plan._aligned_programs): the variant word "noalign"."""
+def patched(module, **attrs):
+    """Experiments: set `module`'s attributes (planner constants, the kernel, ...) while the block runs, then put
+    them back. The planner's cache and smgemm's repeat-call and launcher caches are emptied on the way in and out, so
+    that plans and launches made inside reflect the change and none outlive it."""
     def forget():
         smgemm.plan.make_plan.cache_clear()
         smgemm._gemm._SEEN_CALLS.clear()
+        smgemm._gemm._LAUNCHERS.clear()
 
-    saved = smgemm.plan._SK_ALIGN_FILL
-    smgemm.plan._SK_ALIGN_FILL = float("inf")
+    saved = {name: getattr(module, name) for name in attrs}
+    for name, value in attrs.items():
+        setattr(module, name, value)
     forget()
     try:
         yield
     finally:
-        smgemm.plan._SK_ALIGN_FILL = saved
+        for name, value in saved.items():
+            setattr(module, name, value)
         forget()
+
+
+def unaligned_streamk():
+    """Plans made inside split Stream-K tiles evenly over the whole budget, never over a grid aligned to the tiles
+    (plan._aligned_programs): the variant word "noalign"."""
+    return patched(smgemm.plan, _SK_ALIGN_FILL=float("inf"))
+
+
+def fixed_plan(plan):
+    """smgemm.gemm runs `plan` whatever it is asked (a tile and schedule alone leave the rest to the model)."""
+    return patched(smgemm._gemm, make_plan=lambda *args, **kwargs: plan)
 
 
 def plan_for_programs_per_sm(times: int):
