@@ -294,6 +294,11 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
       step skwaves 400 bash -c "
         $PY scripts/probe_sk_waves.py --cuts --shapes 3072x3072x8192,2560x2560x8192,5120x4352x4096,3072x3072x4096;
         $PY scripts/probe_sk_waves.py --dtype fp8 --shapes 2560x2560x8192,3072x3072x8192 --tile '128x256x128 w8 s3 tma'" ;;
+    sktimeline) # per-program timelines (globaltimer stamps) of Stream-K launches on partial last waves and few tiles
+      step sktimeline 300 bash -c "
+        $PY scripts/probe_sk_timeline.py --shapes 3072x3072x8192,2560x2560x8192,5120x4352x4096,3072x3072x4096,\
+4096x4352x4096,1024x1024x16384,128x4096x8192,3072x2816x8192;
+        $PY scripts/probe_sk_timeline.py --dtype fp8 --shapes 3072x3072x8192,2560x2560x8192" ;;
     sksplit) # the planner with and without Stream-K over the last two waves, where that changed a plan
       step sksplit 330 $PY scripts/probe_sk_split.py --cases "bf16 3072x3072x8192 132,bf16 3072x3072x4096 132,\
 bf16 2560x2560x8192 132,bf16 5120x4352x4096 132,bf16 6144x4352x4096 132,bf16 4096x4352x4096 132,\

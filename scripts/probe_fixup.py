@@ -32,12 +32,14 @@ def _no_fixup_kernel():
     return cut_kernel(_CUTS)
 
 
-def cut_kernel(cuts: dict[str, str]):
-    """A copy of gemm_kernel with each text `old` of kernels/gemm.py replaced by `new` (asserted present)."""
+def cut_kernel(cuts: dict[str, str], append: str = ""):
+    """A copy of gemm_kernel with each text `old` of kernels/gemm.py replaced by `new` (asserted present once),
+    and `append` added at the end of the module."""
     src = inspect.getsource(kgemm)
     for old, new in {**cuts, "from .common import": "from smgemm.kernels.common import"}.items():
-        assert old in src, old
+        assert src.count(old) == 1, old
         src = src.replace(old, new)
+    src += append
     path = pathlib.Path(tempfile.mkdtemp()) / "gemm_cut.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("gemm_cut", path)
