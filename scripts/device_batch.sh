@@ -299,8 +299,8 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
         $PY scripts/probe_sk_timeline.py --shapes 3072x3072x8192,2560x2560x8192,5120x4352x4096,3072x3072x4096,\
 4096x4352x4096,1024x1024x16384,128x4096x8192,3072x2816x8192;
         $PY scripts/probe_sk_timeline.py --dtype fp8 --shapes 3072x3072x8192,2560x2560x8192" ;;
-    finisher) # the finisher's pipelined partials loop against stop 20's unrolled one, few-tile and two-wave splits
-      step finisher 480 bash -c "cd scripts; export PYTHONPATH=../src; V='real,stages 3,stages 6,unrolled 2'
+    finisher) # the finisher's partials loop, unrolled (real) or pipelined, on few-tile and two-wave splits (stop 21)
+      step finisher 480 bash -c "cd scripts; export PYTHONPATH=../src; V='real,pipelined 3,pipelined 4,pipelined 6'
         $PY probe_finisher.py --only \"\$V\" --shapes 512x512x32768,256x1024x16384,1024x1024x16384,128x4096x8192 \
           --tiles '128x128x64 w8 s4 tma;128x128x128 w8 s3 tma;64x128x128 w4 s4'
         $PY probe_finisher.py --only \"\$V\" --shapes 3072x3072x8192,5120x4352x4096,2560x2560x8192

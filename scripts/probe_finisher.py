@@ -5,10 +5,10 @@ gemm_kernel (probe_fixup.cut_kernel) or a different column width, timed side by 
 plan on the planner's Stream-K plan and on forced tiles (`--tiles`, scripts/sweep_configs.py variants: more
 programs per split tile, so more partials per finisher):
 
-* `real`: kernels/gemm.py as it is: the partials' loop pipelined, _FIXUP_STAGES deep (cp.async through shared
-  memory);
-* `stages N`: the same loop N deep;
-* `unrolled 2`: stop 20's loop: two partials loaded per step into registers, no pipelining;
+* `real`: kernels/gemm.py as it is: _FIXUP_UNROLL (2) partials loaded per step into registers;
+* `pipelined N`: the partials' loop as a Triton loop pipelined N deep (cp.async through shared memory, which the
+  K-loop's buffers have freed: N - 1 partials in flight without registers). Measured at stop 21: 1-7% slower than
+  `real` everywhere, deeper worse (docs/performance.md);
 * `stamped`: with probe_sk_timeline's %globaltimer stamps (does stamping change the time?);
 * `fixup 32 cols`: 32 columns per block (fewer registers).
 
@@ -29,27 +29,24 @@ from smgemm._gemm import gemm
 from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating, describe
 from smgemm.plan import make_plan
 
-_STAGES = "_FIXUP_STAGES: tl.constexpr = tl.constexpr({})"
-_PIPELINED = """\
-                    for p in tl.range(first + 1, pid, num_stages=_FIXUP_STAGES):
-                        part += tl.load(ws_ptr + p * tile_elems + offs, cache_modifier=".cg")
-"""
 _UNROLLED = """\
-                    for p in range(first + 1, pid, 2):
-                        for u in tl.static_range(2):
+                    for p in range(first + 1, pid, _FIXUP_UNROLL):
+                        for u in tl.static_range(_FIXUP_UNROLL):
                             part += tl.load(ws_ptr + (p + u) * tile_elems + offs, mask=p + u < pid, other=0.0,
                                             cache_modifier=".cg")
+"""
+_PIPELINED = """\
+                    for p in tl.range(first + 1, pid, num_stages={}):
+                        part += tl.load(ws_ptr + p * tile_elems + offs, cache_modifier=".cg")
 """
 
 
 def variants(stages: list[int]):
     """name -> (kernel, fixup_columns)."""
     real, cols = kgemm.gemm_kernel, smgemm._gemm.fixup_columns
-    now = _STAGES.format(int(kgemm._FIXUP_STAGES))
     out = {"real": (real, cols)}
-    out |= {f"stages {s}": (cut_kernel({now: _STAGES.format(s)}), cols) for s in stages}
+    out |= {f"pipelined {s}": (cut_kernel({_UNROLLED: _PIPELINED.format(s)}), cols) for s in stages}
     out |= {
-        "unrolled 2": (cut_kernel({_PIPELINED: _UNROLLED}), cols),
         "stamped": (cut_kernel(STAMPS, append=END), cols),
         "fixup 32 cols": (real, lambda cfg: min(cols(cfg), 32)),
     }
@@ -72,7 +69,7 @@ def main():
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--shapes", required=True)
     p.add_argument("--tiles", default="", help="forced Stream-K tiles, ';'-separated sweep_configs variants")
-    p.add_argument("--stages", default="3,6")
+    p.add_argument("--stages", default="3,4,6", help="depths of the `pipelined` variants")
     p.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
     args = p.parse_args()
     dtype = DTYPES[args.dtype]

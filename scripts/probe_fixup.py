@@ -24,7 +24,7 @@ from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating
 
 _CUTS = {  # text of kernels/gemm.py -> its replacement in the probe copy
     "while tl.max(pending.to(tl.int32), axis=0) > 0:": "while tl.max(pending.to(tl.int32), axis=0) > 1 << 30:",
-    "for p in tl.range(first + 1, pid, num_stages=_FIXUP_STAGES):": "for p in tl.range(pid, pid, num_stages=2):",
+    "for p in range(first + 1, pid, _FIXUP_UNROLL):": "for p in range(pid, pid, _FIXUP_UNROLL):",
 }
 
 

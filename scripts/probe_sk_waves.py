@@ -10,8 +10,8 @@ For each shape (more tiles than SMs, a partial last wave) and one tile configura
   purpose, scripts/probe_fixup.py): what the fixup costs;
 * `no fixup, no store`: neither the fixup nor the publishing of partials; `no sk loop`: the split tiles' K-loops
   run no iterations (partials of zeros, published and summed as usual); `whole tiles only`: the Stream-K kernel
-  skips its split tiles (the whole-tile loop as compiled beside the Stream-K code); `fixup not pipelined`:
-  the finisher's loop over the partials is not pipelined (one load at a time);
+  skips its split tiles (the whole-tile loop as compiled beside the Stream-K code); `fixup unroll 1`: the
+  finisher loads one partial at a time (fewer registers);
 * `two-tile`: Stream-K over the last full wave plus the partial one (each program then holds 1-2 tiles' worth of
   K-iterations, every split tile shared by 2-3 programs instead of ~6), and the same without fixup.
 
@@ -32,7 +32,7 @@ from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating,
 from smgemm.plan import make_plan
 
 _PUBLISH = "tl.store(ws_ptr + pid * tile_elems + offs_tile, acc,"
-_STAGES = "_FIXUP_STAGES: tl.constexpr = tl.constexpr(4)"
+_UNROLL = "_FIXUP_UNROLL: tl.constexpr = tl.constexpr(2)"
 _SK_RANGE = "seg_start - tile_start, seg_end - tile_start,"
 
 
@@ -111,13 +111,13 @@ def main():
         "no sk loop": cut_kernel({_SK_RANGE: "seg_start - tile_start, seg_start - tile_start,"}),
         # the whole-tile loop alone, in the kernel as compiled with its Stream-K part (255 registers, spills)
         "whole tiles only": cut_kernel({"while seg_end > start:": "while seg_end > start + (1 << 30):"}),
-        "fixup not pipelined": cut_kernel({_STAGES: _STAGES.replace("(4)", "(1)")}),
+        "fixup unroll 1": cut_kernel({_UNROLL: _UNROLL.replace("(2)", "(1)")}),
     } if args.cuts else {}
     with split_waves(1):
         rows = [measure(shape, dtype, cfg, spec, no_fixup, cut_kernels) for shape in args.shapes.split(",")]
     keys = ("shape", "tiles", "waves", "torch us", "ideal us", "persistent us", "data_parallel us", "streamk us",
             "streamk no fixup us", "streamk no fixup, no store us", "streamk no sk loop us",
-            "streamk whole tiles only us", "streamk fixup not pipelined us", "two-tile us",
+            "streamk whole tiles only us", "streamk fixup unroll 1 us", "two-tile us",
             "two-tile no fixup us", "sk / dp", "best / dp")
     print(_table([{key: r[key] for key in keys if key in r} for r in rows]))
     print(_table([{key: v for key, v in r.items() if key == "shape" or "err" in key or "plan" in key} for r in rows]))

@@ -11,10 +11,10 @@ import triton.language as tl
 
 from .common import epilogue, k_loop, smid, tile_coords
 
-# Depth of the pipelined loop in which a Stream-K finisher sums the lower programs' partials (cp.async through
-# shared memory, which the K-loop's buffers free by then): _FIXUP_STAGES - 1 partials in flight. Until stop 21 it
-# loaded 2 at a time into registers, which bounded one SM's read rate to ~70 GB/s (scripts/probe_finisher.py).
-_FIXUP_STAGES: tl.constexpr = tl.constexpr(4)
+# Partial tiles a Stream-K finisher loads at once. 4 until stop 20, when the finisher began to keep its own partial
+# in registers: 1 and 4 ran equally fast on the H200 (bf16 3072^2 x 8192, scripts/probe_sk_waves.py), and 2 keeps
+# the 128 x 256 tile's kernel within 255 registers.
+_FIXUP_UNROLL: tl.constexpr = tl.constexpr(2)
 
 
 @triton.jit
@@ -153,10 +153,11 @@ def gemm_kernel(
                 for j in tl.static_range(BLOCK_N // FIXUP_N):
                     offs = j * FIXUP_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, FIXUP_N)[None, :]
                     part = tl.load(ws_ptr + first * tile_elems + offs, cache_modifier=".cg")
-                    # In program order; the loop is pipelined (cp.async through shared memory), so that
-                    # _FIXUP_STAGES - 1 partials' loads are in flight while one is added.
-                    for p in tl.range(first + 1, pid, num_stages=_FIXUP_STAGES):
-                        part += tl.load(ws_ptr + p * tile_elems + offs, cache_modifier=".cg")
+                    # In program order, _FIXUP_UNROLL partials per step so that their loads are in flight together.
+                    for p in range(first + 1, pid, _FIXUP_UNROLL):
+                        for u in tl.static_range(_FIXUP_UNROLL):
+                            part += tl.load(ws_ptr + (p + u) * tile_elems + offs, mask=p + u < pid, other=0.0,
+                                            cache_modifier=".cg")
                     part += _column_block(acc, j, BLOCK_M, BLOCK_N // FIXUP_N, FIXUP_N)
                     epilogue(
                         part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_ptr, d_desc, stride_dm, stride_dn,
