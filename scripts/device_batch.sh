@@ -305,17 +305,21 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__warps_act
           --tiles '128x128x64 w8 s4 tma;128x128x128 w8 s3 tma;64x128x128 w4 s4'
         $PY probe_finisher.py --only \"\$V\" --shapes 3072x3072x8192,5120x4352x4096,2560x2560x8192
         $PY probe_finisher.py --only \"\$V\" --dtype fp8 --shapes 16x4096x14336,512x512x32768" ;;
+    skdecode) # stop 21: a smaller fixed fixup cost for decode tiles (not adopted), every plan it changes (M = 1-16 alike)
+      step skdecode 200 $PY scripts/probe_sk_split.py --before decode-fixup --cases "fp8 16x4096x4096 100,\
+fp8 16x4096x14336 132,fp8 16x6144x4096 66,fp8 16x6144x4096 132,fp8 16x14336x4096 132,tf32 16x4096x4096 132,\
+fp8 1x4096x14336 132,fp8 1x14336x4096 132" ;;
     sksplit) # the planner with and without Stream-K over the last two waves, where that changed a plan
-      step sksplit 330 $PY scripts/probe_sk_split.py --cases "bf16 3072x3072x8192 132,bf16 3072x3072x4096 132,\
+      step sksplit 330 $PY scripts/probe_sk_split.py --before stop20 --cases "bf16 3072x3072x8192 132,bf16 3072x3072x4096 132,\
 bf16 2560x2560x8192 132,bf16 5120x4352x4096 132,bf16 6144x4352x4096 132,bf16 4096x4352x4096 132,\
 bf16 2048x2560x4096 132,bf16 1024x10240x8192 132,bf16 128x10240x8192 132,bf16 16x10240x8192 132,\
 bf16 16x28672x4096 132,bf16 3072x3072x8192 66,bf16 2560x2560x8192 66,bf16 5120x4352x4096 66,\
 bf16 64x10240x8192 66,bf16 4096x4096x4096 100,bf16 1024x8192x8192 100,bf16 16x8192x8192 100,\
 fp8 3072x3072x8192 132,fp8 2560x2560x8192 132,fp8 1024x10240x8192 132,fp8 5120x4352x4096 132,\
 fp8 4096x8192x8192 100" ;;
-    sksplit3) step sksplit3 200 $PY scripts/probe_sk_split.py --cases "bf16 32x10240x8192 100,\
+    sksplit3) step sksplit3 200 $PY scripts/probe_sk_split.py --before stop20 --cases "bf16 32x10240x8192 100,\
 bf16 64x28672x4096 66,bf16 128x6144x4096 66,bf16 128x10240x8192 100,fp8 128x10240x8192 66" ;;
-    sksplit2) step sksplit2 500 $PY scripts/probe_sk_split.py --cases "$SKCASES2" ;;
+    sksplit2) step sksplit2 500 $PY scripts/probe_sk_split.py --before stop20 --cases "$SKCASES2" ;;
     skncu) # device-memory traffic of the Stream-K split against persistent tiles and whole waves (bf16 3072^2 x 8192)
       step skncu 200 bash -c "for v in '128x256x64 w8 s3 tma sk' '128x256x64 w8 s3 tma'; do
         ncu --profile-from-start off --clock-control none --metrics \
