@@ -8,7 +8,10 @@ the buffer the kernel otherwise gives the SM ids (smid_out), 32 int64 a program;
 Per shape, the median over `--calls` back-to-back launches of: the launch's span; the whole tiles' time per
 K-iteration; the split segments' K-loop fitted as fixed + per-iteration cost (least squares over all segments);
 publish, epilogue, flag wait and fixup times; when the programs end (median, last) and what an even split at the
-whole tiles' per-iteration rate would take (`ideal span`).
+whole tiles' per-iteration rate would take (`ideal span`). Also timed as the benchmarks time: torch, `auto`, the
+plan with the real kernel and with the stamped one. On the H200 (stop 21) the stamps slowed the 128 x 256 Stream-K
+kernel by 18-21% and the persistent one not at all, with the same registers and spills: read the stamped times as
+proportions.
 
     PYTHONPATH=src python scripts/probe_sk_timeline.py --shapes 3072x3072x8192,2560x2560x8192
 """
