@@ -31,6 +31,7 @@ from smgemm.bench import DTYPES, _copies_for, _operands, _table, _time_rotating,
 from smgemm.plan import make_plan
 
 SLOTS = 32  # int64 stamps a program: 0 start, 1 whole tiles done, 2 + 4 s .. 5 + 4 s segment s, 31 end
+SEGMENTS = (SLOTS - 3) // 4  # segments a program's stamps can hold
 _SEGMENT_SLOTS = "_ts + 2 + _seg * 4"
 
 NOW = '''
@@ -95,7 +96,7 @@ def analyse(ts: torch.Tensor, plan, k_iters: int) -> dict:
         if n_dp:
             dp_rates.append(us(row[1] - row[0]) / (n_dp * k_iters))
         prev = row[1]
-        for s in range(7):
+        for s in range(SEGMENTS):
             base = 2 + 4 * s
             if row[base] == 0:
                 break
