@@ -13,8 +13,8 @@ from reference import assert_gemm_close, randn
 def checks(monkeypatch):
     """Count full (checked) calls."""
     calls = []
-    real = G.check_operands
-    monkeypatch.setattr(G, "check_operands", lambda a, b: (calls.append(1), real(a, b))[1])
+    real = G.check_backend
+    monkeypatch.setattr(G, "check_backend", lambda device: (calls.append(1), real(device))[1])
     monkeypatch.setattr(G, "_SEEN_CALLS", {})
     return calls
 
@@ -94,8 +94,8 @@ def test_given_out_is_checked_every_call(checks, device):
 @pytest.mark.parametrize("both", [False, True])
 def test_mxfp4_repeat_calls(both, checks, device, monkeypatch):
     full = []
-    real = G._check_backend
-    monkeypatch.setattr(G, "_check_backend", lambda d: (full.append(1), real(d))[1])
+    real = G.check_backend
+    monkeypatch.setattr(G, "check_backend", lambda d: (full.append(1), real(d))[1])
     for _ in range(3):
         x = randn((24, 64), torch.bfloat16, device)
         w = smgemm.quantize_mxfp4(randn((40, 64), torch.bfloat16, device))

@@ -231,7 +231,7 @@ def test_matmul_double_backward(device):
 def test_out_with_grad_is_an_error(device):
     a = randn((4, 8), torch.float32, device).requires_grad_()
     b = randn((8, 4), torch.float32, device)
-    with pytest.raises(RuntimeError, match="out= does not support automatic differentiation"):
+    with pytest.raises(RuntimeError, match="out= do not support automatic differentiation"):
         smgemm.matmul(a, b, out=torch.empty(4, 4, device=device))
     with torch.no_grad():
         smgemm.matmul(a, b, out=torch.empty(4, 4, device=device))

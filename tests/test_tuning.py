@@ -69,17 +69,56 @@ def test_tune_picks_the_fastest_and_the_planner_uses_it(tmp_path, monkeypatch, d
     assert plans[-1].config == make_plan(48, 64, 128, torch.float16, spec, num_sms=3).config
 
 
-def test_malformed_files_are_refused(tmp_path):
+_ENTRY = {"device": "x", "m": 1, "n": 1, "k": 1, "dtype": "bf16", "num_sms": 1, "schedule": "persistent",
+          "config": {"block_m": 16, "block_n": 32, "block_k": 16}}
+
+
+def _cfg(**change):
+    return {"config": {**_ENTRY["config"], **change}}
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('{"format": 1, "entries": [', r"not valid JSON"),
+    (json.dumps({"entries": []}), r"not an smgemm tuning file"),
+    (json.dumps(None), r"not an smgemm tuning file"),
+    (json.dumps({"format": 1, "entries": 5}), r"'entries' must be a list, got int"),
+    (json.dumps({"format": 1, "entries": None}), r"'entries' must be a list, got NoneType"),
+    (json.dumps({"format": 1}), r"'entries' must be a list"),
+])
+def test_malformed_files_are_refused(tmp_path, text, match):
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"entries": []}))
-    with pytest.raises(ValueError, match="not an smgemm tuning file"):
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{path}: {match}"):
         smgemm.use_tuning(str(path))
-    entry = {"device": "x", "m": 1, "n": 1, "k": 1, "dtype": "bf16", "num_sms": 1, "schedule": "persistent",
-             "config": {"block_m": 16, "block_n": 32, "block_k": 16}}
-    for change, match in (({"dtype": "int8"}, "unknown dtype"), ({"schedule": "fast"}, "unknown schedule"),
-                          ({"config": {"block_m": 24, "block_n": 32, "block_k": 16}}, "power of two"),
-                          ({"m": None}, "entry 0")):
-        path.write_text(json.dumps({"format": tuning.FORMAT_VERSION, "entries": [{**entry, **change}]}))
-        with pytest.raises(ValueError, match=match):
-            smgemm.use_tuning(str(path))
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"dtype": "int8"}, r"dtype must be one of"),
+    ({"schedule": "fast"}, r"schedule must be one of"),
+    ({"m": None}, r"m must be an int >= 0, got None"),
+    ({"m": 40.7}, r"m must be an int >= 0, got 40.7"),
+    ({"m": True}, r"m must be an int >= 0, got True"),
+    ({"num_sms": 0}, r"num_sms must be an int >= 1"),
+    ({"device": 3}, r"device must be a string"),
+    ({"config": None}, r"config must be an object"),
+    (_cfg(block_m=24), r"power of two"),
+    (_cfg(num_warps=3), r"num_warps must be 1, 2, 4, 8 or 16, got 3"),
+    (_cfg(num_stages=2.5), r"config.num_stages must be an int >= 1, got 2.5"),
+    (_cfg(tma=1), r"config.tma must be true or false"),
+    (_cfg(mx_swap=True), r"MXFP4"),
+    (_cfg(colour="red"), r"unknown fields \['colour'\]"),
+    ({"dtype": "fp8"}, r"fp8 needs config.block_k >= 32, got 16"),
+    (_cfg(block_m=256, block_n=256, block_k=128, num_stages=4), r"shared memory"),
+    ({"schedule": None}, r"schedule must be one of"),
+])
+def test_malformed_entries_are_refused_at_load(tmp_path, change, match):
+    path = tmp_path / "bad.json"
+    good = dict(_ENTRY, m=2)
+    path.write_text(json.dumps({"format": tuning.FORMAT_VERSION, "entries": [good, {**_ENTRY, **change}]}))
+    with pytest.raises(ValueError, match=f"{path}: entry 1 is malformed: .*{match}"):
+        smgemm.use_tuning(str(path))
+    missing = {k: v for k, v in _ENTRY.items() if k != "k"}
+    path.write_text(json.dumps({"format": tuning.FORMAT_VERSION, "entries": [missing]}))
+    with pytest.raises(ValueError, match=f"{path}: entry 0 is malformed: missing k"):
+        smgemm.use_tuning(str(path))
     assert tuning.lookup(device_spec(torch.device("cpu")), 1, 1, 1, torch.bfloat16, 1) is None

@@ -17,12 +17,20 @@ import torch
 from triton import knobs
 from triton.runtime import _allocation
 
-from ._device import device_spec, interpreter_active, tf32_enabled
+from ._checks import (
+    check_backend,
+    check_call,
+    check_gemm,
+    check_memory,
+    check_mxfp4,
+    mx_dot_dtype,
+    mx_parts,
+    needs_int64,
+    resolve_neg,
+)
+from ._device import device_spec, tf32_enabled
 from .mxfp4 import MXFP4Tensor
 from .plan import (
-    INPUT_DTYPES,
-    OUTPUT_DTYPES,
-    SCHEDULES,
     Plan,
     TileConfig,
     make_mx_plan,
@@ -32,179 +40,15 @@ from .plan import (
 )
 from .tuning import lookup, tuning_version
 
-_INT32_MAX = 2**31 - 1
-_FP8 = torch.float8_e4m3fn
-
 
 def _empty(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Every output smgemm allocates comes from here (tests poison it with NaN to catch unwritten tiles)."""
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-def _check_tensor(name: str, t: object) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    return t
-
-
-def _max_offset(t: torch.Tensor) -> int:
-    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-
-
-def _needs_int64(t: torch.Tensor) -> bool:
-    """Whether an element offset of `t` may exceed int32 (cheap storage-size test first)."""
-    if t.untyped_storage().nbytes() <= _INT32_MAX:
-        return False
-    return _max_offset(t) > _INT32_MAX
-
-
-def _byte_span(t: torch.Tensor) -> tuple[int, int]:
-    start = t.data_ptr()
-    return start, start + (_max_offset(t) + 1) * t.element_size()
-
-
-def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether the memory x and y may touch overlaps (conservative: compares address ranges)."""
-    if x.numel() == 0 or y.numel() == 0:
-        return False
-    (x0, x1), (y0, y1) = _byte_span(x), _byte_span(y)
-    return x0 < y1 and y0 < x1
-
-
-def _has_internal_overlap(t: torch.Tensor) -> bool:
-    """True when two elements of `t` may share memory (e.g. an expanded view)."""
-    reach = 0
-    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1):
-        if stride <= reach:
-            return True
-        reach += stride * (size - 1)
-    return False
-
-
-def _check_device(name: str, t: torch.Tensor, device: torch.device) -> None:
-    if t.device != device:
-        raise ValueError(f"{name} is on {t.device} but a is on {device}: all tensors must be on one device")
-
-
-def _scale_stride(name: str, scale: torch.Tensor | None, length: int, device: torch.device, axis: str) -> int:
-    """Validate an fp8 scale (one value, or one per row of a / column of b) and return its stride along it."""
-    if scale is None:
-        return 0
-    _check_tensor(name, scale)
-    _check_device(name, scale, device)
-    if scale.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {scale.dtype}")
-    if scale.numel() == 1:
-        return 0
-    expected = (length, 1) if axis == "row" else (1, length)
-    if tuple(scale.shape) not in (expected, (length,)):
-        raise ValueError(
-            f"{name} must hold one value (per-tensor) or have shape {expected} (one per {axis}), "
-            f"got {tuple(scale.shape)}"
-        )
-    return scale.stride(0) if scale.dim() == 1 else scale.stride(0 if axis == "row" else 1)
-
-
 def _empty_product(out: torch.Tensor, c: torch.Tensor | None, beta: float) -> torch.Tensor:
-    """K == 0: the product is empty, so out = beta * input (or zeros)."""
+    """No product to add (K == 0, or alpha == 0, which as in torch never reads it): out = beta * input, or zeros."""
     return out.copy_(c.to(torch.float32) * beta) if c is not None else out.zero_()
-
-
-def check_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
-    """(M, K, N) of a [M, K] @ [K, N] product, after checking types, ranks, shapes, dtypes and devices.
-
-    Needs no data, so the custom ops' fake implementations (torch.compile tracing) run it too.
-    """
-    _check_tensor("a", a)
-    _check_tensor("b", b)
-    if a.dim() != 2:
-        raise ValueError(f"a must be 2-D (M, K), got shape {tuple(a.shape)}")
-    if b.dim() != 2:
-        raise ValueError(f"b must be 2-D (K, N), got shape {tuple(b.shape)}")
-    (m, k), (kb, n) = a.shape, b.shape
-    if k != kb:
-        raise ValueError(f"a.shape[1] (K={k}) must equal b.shape[0] (got {kb}): a is {tuple(a.shape)}, "
-                         f"b is {tuple(b.shape)}")
-    if a.dtype not in INPUT_DTYPES:
-        raise TypeError(f"a has unsupported dtype {a.dtype}; supported: {INPUT_DTYPES}")
-    if b.dtype != a.dtype:
-        raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
-    _check_device("b", b, a.device)
-    return m, k, n
-
-
-def _check_backend(device: torch.device) -> None:
-    if device.type != "cuda" and not (device.type == "cpu" and interpreter_active()):
-        raise ValueError(
-            f"a is on {device}: smgemm runs on CUDA tensors (CPU tensors only under the Triton interpreter, "
-            "TRITON_INTERPRET=1 set before triton is imported)"
-        )
-
-
-def check_knobs(schedule: str | None, num_sms: int | None) -> None:
-    """Validate the two knobs; None means "not set" for both (defaults, modules, sm_budget)."""
-    if num_sms is not None and (isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1):
-        raise ValueError(f"num_sms must be None or an int >= 1, got {num_sms!r}")
-    if schedule is not None and schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-
-
-def resolve_out_dtype(in_dtype: torch.dtype, out_dtype: torch.dtype | None) -> torch.dtype:
-    if out_dtype is None:
-        return torch.bfloat16 if in_dtype == _FP8 else in_dtype
-    if out_dtype not in OUTPUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {OUTPUT_DTYPES}, got {out_dtype}")
-    return out_dtype
-
-
-def _check_c_and_out(
-    c: torch.Tensor | None,
-    out: torch.Tensor | None,
-    beta: float,
-    m: int,
-    n: int,
-    out_dtype: torch.dtype,
-    device: torch.device,
-    operands: list[tuple[str, torch.Tensor | None]],
-) -> tuple[torch.Tensor | None, torch.Tensor, bool]:
-    """Validate `input` (C, broadcast to [M, N]) and `out` (allocated when None); returns (c, out, has_c)."""
-    has_c = c is not None and beta != 0
-    if c is not None:
-        _check_tensor("input", c)
-        _check_device("input", c, device)
-        if c.dtype not in OUTPUT_DTYPES:
-            raise TypeError(f"input must be one of {OUTPUT_DTYPES}, got {c.dtype}")
-        if c.dim() > 2:
-            raise ValueError(f"input must be broadcastable to (M, N) = ({m}, {n}), got shape {tuple(c.shape)}")
-        try:
-            c = c.expand(m, n)
-        except RuntimeError:
-            raise ValueError(
-                f"input must be broadcastable to (M, N) = ({m}, {n}), got shape {tuple(c.shape)}"
-            ) from None
-
-    if out is None:
-        out = _empty((m, n), out_dtype, device)
-    else:
-        _check_tensor("out", out)
-        _check_device("out", out, device)
-        if tuple(out.shape) != (m, n):
-            raise ValueError(f"out must have shape (M, N) = ({m}, {n}), got {tuple(out.shape)}")
-        if out.dtype != out_dtype:
-            raise TypeError(f"out must have dtype {out_dtype} (the result dtype), got {out.dtype}")
-        if _has_internal_overlap(out):
-            raise ValueError(f"out has overlapping elements (strides {out.stride()}); it must be writable "
-                             "element by element")
-        for name, t in operands:
-            if t is not None and _overlaps(out, t):
-                raise ValueError(f"out overlaps {name}'s memory; it must not overwrite an operand")
-        if has_c and _overlaps(out, c) and not (
-            out.data_ptr() == c.data_ptr() and out.stride() == c.stride()
-        ):
-            raise ValueError("out overlaps input without being the same (M, N) view of it; pass out=input "
-                             "for an in-place update")
-
-    return c, out, has_c
 
 
 def gemm(
@@ -229,45 +73,48 @@ def gemm(
     the SM id each program ran on (GPU only).
     """
     key = None
-    if out is None and smid_out is None:
+    if out is None and smid_out is None and alpha != 0:
         key = _signature("gemm", a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config)
         repeated = _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta)
         if repeated is not None:
             return repeated
 
-    m, k, n = check_operands(a, b)
-    device = a.device
-    _check_backend(device)
-    check_knobs(schedule, num_sms)
-    out_dtype = resolve_out_dtype(a.dtype, out_dtype)
-
-    if (scale_a is not None or scale_b is not None) and a.dtype != _FP8:
-        raise ValueError(f"scale_a / scale_b apply to float8_e4m3fn inputs only, got {a.dtype}")
-    stride_sa = _scale_stride("scale_a", scale_a, m, device, "row")
-    stride_sb = _scale_stride("scale_b", scale_b, n, device, "column")
-
-    c, out, has_c = _check_c_and_out(c, out, beta, m, n, out_dtype, device,
-                                      [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)])
-
+    check_call(schedule, num_sms, alpha, beta)
+    a, b, c, scale_a, scale_b = (resolve_neg(t) for t in (a, b, c, scale_a, scale_b))
+    m, k, n, out_dtype, c, stride_sa, stride_sb = check_gemm(a, b, c, beta, out, out_dtype, scale_a, scale_b)
+    check_backend(a.device)
+    out = _output(out, c, [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)], m, n, out_dtype, a.device)
     if m == 0 or n == 0:
         return out
-    if k == 0:
-        return _empty_product(out, c if has_c else None, beta)
+    if k == 0 or alpha == 0:
+        return _empty_product(out, c, beta)
 
-    spec = device_spec(device)
+    spec = device_spec(a.device)
     if config is None and schedule == "auto":  # a configuration measured by smgemm.tuning, if one is loaded
         config, schedule = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) or (None, schedule)
     plan = make_plan(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
                      tf32=a.dtype == torch.float32 and tf32_enabled(), config=config)
-    tensors = (a, b, out) + ((c,) if has_c else ())
-    use_int64 = any(_needs_int64(t) for t in tensors)
-    if smid_out is not None and smid_out.numel() < plan.num_programs:
-        raise ValueError(f"smid_out needs {plan.num_programs} elements, got {smid_out.numel()}")
-    ops = _Operands(a, b, out, c if has_c else None, scale_a, scale_b, smid_out)
-    tensors = _tensor_args(plan, ops)
-    ints, meta = _static_args(plan, ops, stride_sa, stride_sb, use_int64)
-    launcher = _launch(plan, tensors, ints, (float(alpha), float(beta)), meta)
-    _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launcher))
+    ops = _Operands(a, b, out, c, scale_a, scale_b, smid_out)
+    ints, meta = _static_args(plan, ops, stride_sa, stride_sb, needs_int64(a, b, out, c, scale_a, scale_b))
+    return _finish(key, plan, ops, ints, meta, alpha, beta)
+
+
+def _output(out: torch.Tensor | None, c: torch.Tensor | None, operands: list, m: int, n: int,
+            out_dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The caller's `out` once its memory is checked against the operands', else a new [M, N] tensor."""
+    if out is None:
+        return _empty((m, n), out_dtype, device)
+    check_memory(out, c, operands)
+    return out
+
+
+def _finish(key: tuple | None, plan: Plan, ops: _Operands, ints: tuple, meta: dict, alpha, beta) -> torch.Tensor:
+    """Launch a checked call and remember what a repeat of its signature can reuse; returns its output."""
+    if ops.smid_out is not None and ops.smid_out.numel() < plan.num_programs:
+        raise ValueError(f"smid_out needs {plan.num_programs} elements, got {ops.smid_out.numel()}")
+    launcher = _launch(plan, _tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
+    out = ops.out
+    _remember(key, (plan, tuple(out.shape), out.dtype, ops.c is not None, ints, meta, launcher))
     return out
 
 
@@ -285,6 +132,8 @@ def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple:
         return (None,)
     if isinstance(t, MXFP4Tensor):
         return (MXFP4Tensor, *_tensor_signature(t.data), *_tensor_signature(t.scales))
+    if t.is_neg():  # resolved (copied) on every call: never a repeat call
+        raise TypeError("a negative view")
     return type(t), t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0
 
 
@@ -432,69 +281,39 @@ def gemm_mxfp4(
     operands (both passes stay within the budget); `config` and `smid_out` as for `gemm`.
     """
     key = None
-    if out is None and smid_out is None:
+    if out is None and smid_out is None and alpha != 0:
         key = _signature("gemm_mxfp4", a, w, c, beta, out_dtype, None, None, schedule, num_sms, config)
         repeated = _repeat_call(key, a, w, c, None, None, alpha, beta)
         if repeated is not None:
             return repeated
-    if not isinstance(w, MXFP4Tensor):
-        raise TypeError(f"w must be an MXFP4Tensor (smgemm.quantize_mxfp4), got {type(w).__name__}")
-    if w.dim() != 2:
-        raise ValueError(f"w must be a 2-D [N, K] MXFP4Tensor, got shape {tuple(w.shape)}")
-    if isinstance(a, MXFP4Tensor):
-        if a.dim() != 2:
-            raise ValueError(f"a must be a 2-D [M, K] MXFP4Tensor, got shape {tuple(a.shape)}")
-        dot_dtype = torch.bfloat16
-    else:
-        _check_tensor("a", a)
-        if a.dim() != 2:
-            raise ValueError(f"a must be 2-D (M, K), got shape {tuple(a.shape)}")
-        if a.dtype not in (torch.bfloat16, torch.float16):
-            raise TypeError(f"with an MXFP4 weight, a must be bfloat16, float16 or an MXFP4Tensor, got {a.dtype}")
-        dot_dtype = a.dtype
-    (m, k), (n, kw) = a.shape, w.shape
-    if k != kw:
-        raise ValueError(f"a.shape[1] (K={k}) must equal w.shape[1] (got {kw}): a is {tuple(a.shape)}, "
-                         f"w is {tuple(w.shape)}")
-    device = a.device
-    for name, t in (("w.data", w.data), ("w.scales", w.scales)) + (
-            (("a.data", a.data), ("a.scales", a.scales)) if isinstance(a, MXFP4Tensor) else ()):
-        _check_device(name, t, device)
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous along K (stride 1 in its last dim), got strides {t.stride()}")
-    _check_backend(device)
-    check_knobs(schedule, num_sms)
-    out_dtype = resolve_out_dtype(dot_dtype, out_dtype)
-    dense = [("a", a)] if isinstance(a, torch.Tensor) else [("a.data", a.data), ("a.scales", a.scales)]
-    operands = [*dense, ("w.data", w.data), ("w.scales", w.scales)]
+    check_call(schedule, num_sms, alpha, beta)
+    a, c_in = resolve_neg(a), resolve_neg(c)
+    m, k, n, out_dtype, c, _, _ = check_mxfp4(a, w, c_in, beta, out, out_dtype)
+    check_backend(a.device)
+    operands = mx_parts(a, w)
+    dot_dtype = mx_dot_dtype(a)
     if expand is None:
-        expand = config is None and m * n * k > 0 and mx_expands(m, n, k, isinstance(a, MXFP4Tensor))
+        expand = config is None and m * n * k > 0 and alpha != 0 and mx_expands(m, n, k, isinstance(a, MXFP4Tensor))
     if expand:  # two passes; `gemm` checks input and out (only an out that overlaps an MXFP4 operand is left)
         if out is not None:
-            _check_c_and_out(c, out, beta, m, n, out_dtype, device, operands)
+            check_memory(out, None, operands)
         if isinstance(a, MXFP4Tensor):
             a_dense, w_dense = expand_mxfp4_pair(a, w, dot_dtype, num_sms)
         else:
             a_dense, w_dense = a, expand_mxfp4(w, dot_dtype, num_sms)
-        return gemm(a_dense, w_dense.t(), c=c, alpha=alpha, beta=beta, out=out,
+        return gemm(a_dense, w_dense.t(), c=c_in, alpha=alpha, beta=beta, out=out,
                     out_dtype=out_dtype, schedule=schedule, num_sms=num_sms, config=config, smid_out=smid_out)
-    c, out, has_c = _check_c_and_out(c, out, beta, m, n, out_dtype, device, operands)
+    out = _output(out, c, operands, m, n, out_dtype, a.device)
     if m == 0 or n == 0:
         return out
-    if k == 0:
-        return _empty_product(out, c if has_c else None, beta)
-    plan = make_mx_plan(m, n, k, dot_dtype, device_spec(device), schedule=schedule, num_sms=num_sms, config=config)
+    if k == 0 or alpha == 0:
+        return _empty_product(out, c, beta)
+    plan = make_mx_plan(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
-    tensors = [t for _, t in dense] + [w.data, out] + ([c] if has_c else [])
-    use_int64 = any(_needs_int64(t) for t in tensors)
-    if smid_out is not None and smid_out.numel() < plan.num_programs:
-        raise ValueError(f"smid_out needs {plan.num_programs} elements, got {smid_out.numel()}")
-    ops = _Operands(a, w, out, c if has_c else None, smid_out=smid_out)
-    ints, meta = _static_args(plan, ops, 0, 0, use_int64)
-    launcher = _launch(plan, _tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
-    _remember(key, (plan, (m, n), out_dtype, has_c, ints, meta, launcher))
-    return out
+    ops = _Operands(a, w, out, c, smid_out=smid_out)
+    ints, meta = _static_args(plan, ops, 0, 0, needs_int64(*(t for _, t in operands), out, c))
+    return _finish(key, plan, ops, ints, meta, alpha, beta)
 
 
 # The expansion kernel's blocks and warps. Under an SM budget: a persistent grid of at most `num_sms` programs

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from ._gemm import check_knobs, check_operands, gemm, gemm_mxfp4, resolve_out_dtype
+from ._checks import check_gemm, check_knobs, check_mxfp4
+from ._gemm import gemm, gemm_mxfp4
 from .mxfp4 import MXFP4Tensor
 
 _FP8 = torch.float8_e4m3fn
@@ -44,8 +45,8 @@ def gemm_op(
 @gemm_op.register_fake
 def _gemm_fake(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
     check_knobs(schedule, num_sms)
-    m, _, n = check_operands(a, b)
-    return a.new_empty((m, n), dtype=resolve_out_dtype(a.dtype, out_dtype))
+    checked = check_gemm(a, b, c, beta, None, out_dtype, scale_a, scale_b)
+    return a.new_empty((checked.m, checked.n), dtype=checked.out_dtype)
 
 
 @torch.library.custom_op("smgemm::gemm_out", mutates_args=("out",))
@@ -68,7 +69,7 @@ def gemm_out_op(
 @gemm_out_op.register_fake
 def _gemm_out_fake(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, out):
     check_knobs(schedule, num_sms)
-    check_operands(a, b)
+    check_gemm(a, b, c, beta, out, out.dtype, scale_a, scale_b)
 
 
 def _product_like(like: torch.Tensor, x: torch.Tensor, y: torch.Tensor, alpha: float, schedule: str,
@@ -130,11 +131,9 @@ def gemm_mxfp4_op(
 @gemm_mxfp4_op.register_fake
 def _gemm_mxfp4_fake(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms):
     check_knobs(schedule, num_sms)
-    k = a.shape[1] * (2 if a_scales is not None else 1)
-    if a.dim() != 2 or w_data.dim() != 2 or k != w_data.shape[1] * 2:
-        raise ValueError(f"a [M, K] and w [N, K] must agree on K: a {tuple(a.shape)}, w.data {tuple(w_data.shape)}")
-    dtype = torch.bfloat16 if a_scales is not None else a.dtype
-    return a.new_empty((a.shape[0], w_data.shape[0]), dtype=resolve_out_dtype(dtype, out_dtype))
+    a_op = MXFP4Tensor(a, a_scales) if a_scales is not None else a
+    checked = check_mxfp4(a_op, MXFP4Tensor(w_data, w_scales), c, beta, None, out_dtype)
+    return a.new_empty((checked.m, checked.n), dtype=checked.out_dtype)
 
 
 def _mx_setup_context(ctx, inputs, output):

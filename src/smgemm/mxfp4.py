@@ -12,8 +12,11 @@ Encoding (plain torch, runs anywhere):
 * scale: e8m0, 2^(code - 127); code 255 is NaN (the block held inf or NaN; it dequantizes to NaN);
 * rounding="floor" (the OCP rule): shared exponent = floor(log2(amax)) - 2 (2 = e2m1's largest exponent),
   elements = x / scale rounded to nearest, ties to even, saturating at +-6; rounding="up": the smallest
-  scale with amax / scale <= 6, so nothing saturates. Exponents are clamped to e8m0's [-127, 127]; an all-zero
-  block gets the smallest scale (code 0).
+  scale with amax / scale <= 6, so nothing saturates below the top of the range. Exponents are clamped to
+  e8m0's [-127, 127]; an all-zero block gets the smallest scale (code 0). Near fp32's largest value an element
+  times its scale could pass it (with rounding="up", 3e38 takes the scale 2^126, and 3e38 / 2^126 rounds to 4:
+  2^128 = inf): elements saturate instead at the largest e2m1 magnitude whose value stays finite (3 for 2^126,
+  1.5 for 2^127), so a finite input always dequantizes to finite values.
 """
 
 from __future__ import annotations
@@ -112,6 +115,10 @@ def quantize_mxfp4(x: torch.Tensor, *, rounding: str = "floor") -> MXFP4Tensor:
         shared += amax / torch.exp2(shared) > E2M1_MAX  # (6, 8) would saturate: one more, into (3, 4)
     shared = torch.where(amax > 0, shared, -127).clamp(-127, 127)
     codes = _encode_e2m1(blocks / torch.exp2(shared).unsqueeze(-1))
+    # The largest magnitude code whose value times 2^shared is finite in fp32 (and bf16): 7 (6.0) up to 2^125,
+    # 5 (3.0) at 2^126, 3 (1.5) at 2^127.
+    top = torch.where(shared >= 127, 3, torch.where(shared >= 126, 5, 7)).to(torch.uint8).unsqueeze(-1)
+    codes = torch.minimum(codes & 7, top) | (codes & 8)
     codes = torch.where(finite.unsqueeze(-1), codes, 0).flatten(-2)
     data = codes[..., 0::2] | (codes[..., 1::2] << 4)
     scales = torch.where(finite, shared + 127, _SCALE_NAN).to(torch.uint8)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._gemm import check_knobs
+from ._checks import check_knobs
 from .mxfp4 import MXFP4Tensor, quantize_mxfp4
 from .ops import linear
 

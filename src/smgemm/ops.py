@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import torch
 
 from . import _library
-from ._gemm import check_knobs, gemm, gemm_mxfp4
+from ._checks import check_call, check_gemm, check_knobs, check_mxfp4
+from ._gemm import gemm, gemm_mxfp4
 from .mxfp4 import MXFP4Tensor
 
 
@@ -60,9 +61,18 @@ def sm_budget(num_sms: int | None, schedule: str | None = None) -> Iterator[None
         _DEFAULTS.num_sms, _DEFAULTS.schedule = saved
 
 
+# Budgets above this are the same as the whole device; clamping them keeps them within the custom ops' int64.
+_MAX_BUDGET = 2**31 - 1
+
+
 def _resolve(schedule: str | None, num_sms: int | None) -> tuple[str, int | None]:
-    """Explicit values, else the innermost sm_budget block's, else "auto" on the whole device."""
-    return schedule or _DEFAULTS.schedule or "auto", num_sms if num_sms is not None else _DEFAULTS.num_sms
+    """Explicit values, else the innermost sm_budget block's, else "auto" on the whole device. The caller has
+    checked them (`check_call`)."""
+    if schedule is None:
+        schedule = _DEFAULTS.schedule if _DEFAULTS.schedule is not None else "auto"
+    if num_sms is None:
+        num_sms = _DEFAULTS.num_sms
+    return schedule, num_sms if num_sms is None or num_sms <= _MAX_BUDGET else _MAX_BUDGET
 
 
 def _tracked(*tensors) -> bool:
@@ -89,19 +99,22 @@ def _run(
     schedule: str | None = None,
     num_sms: int | None = None,
 ) -> torch.Tensor:
-    """Resolve defaults, then call the kernel directly or through the custom op (autograd, torch.compile)."""
+    """Check the knobs, resolve defaults, then call the kernel directly or through the custom op (autograd,
+    torch.compile)."""
+    check_call(schedule, num_sms, alpha, beta, out_dtype)
     schedule, num_sms = _resolve(schedule, num_sms)
-    tracked = _tracked(a, b, c, scale_a, scale_b)
     if out is not None:
-        if tracked:
-            raise RuntimeError("smgemm: out= does not support automatic differentiation, but an input requires "
-                               "grad; call without out= (or under torch.no_grad())")
+        if _tracked(a, b, c, scale_a, scale_b, out):
+            raise RuntimeError("smgemm: functions with out= do not support automatic differentiation, but an "
+                               "argument requires grad; call without out= (or under torch.no_grad())")
         if torch.compiler.is_compiling():
+            check_gemm(a, b, c, beta, out, out_dtype, scale_a, scale_b)
             _library.gemm_out_op(a, b, c, float(alpha), float(beta), scale_a, scale_b, schedule, num_sms, out)
             return out
         return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, scale_a=scale_a,
                     scale_b=scale_b, schedule=schedule, num_sms=num_sms)
-    if tracked or torch.compiler.is_compiling():
+    if _tracked(a, b, c, scale_a, scale_b) or torch.compiler.is_compiling():
+        check_gemm(a, b, c, beta, None, out_dtype, scale_a, scale_b)  # as the eager path does, before the op
         return _library.gemm_op(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule, num_sms)
     return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
                 schedule=schedule, num_sms=num_sms)
@@ -110,6 +123,7 @@ def _run(
 def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor | None, out_dtype,
                schedule: str | None, num_sms: int | None) -> torch.Tensor:
     """linear with an MXFP4 weight: x [..., K] dense or MXFP4 -> [..., N]."""
+    check_call(schedule, num_sms, out_dtype=out_dtype)
     schedule, num_sms = _resolve(schedule, num_sms)
     if isinstance(x, MXFP4Tensor):
         lead = x.shape[:-1]
@@ -120,14 +134,31 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
         x2 = x.reshape(lead.numel(), x.shape[-1])
     else:
         raise ValueError("x must be a tensor of shape [..., K] (or an MXFP4Tensor)")
-    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (w.shape[0],)):
-        raise ValueError(f"bias must have shape [N] = [{w.shape[0]}], got {getattr(bias, 'shape', bias)}")
+    bias = _bias_2d(bias, lead, w.shape[0])
     if _tracked(x2, bias) or torch.compiler.is_compiling():
+        check_mxfp4(x2, w, bias, 1.0, None, out_dtype)  # as the eager path does, before the op
         a, a_scales = (x2.data, x2.scales) if isinstance(x2, MXFP4Tensor) else (x2, None)
         y = _library.gemm_mxfp4_op(a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms)
     else:
         y = gemm_mxfp4(x2, w, c=bias, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
     return y.reshape(*lead, w.shape[0])
+
+
+def _bias_2d(bias: torch.Tensor | None, lead: torch.Size, n: int) -> torch.Tensor | None:
+    """A linear's bias as the GEMM's input: as F.linear, anything broadcastable to the output [*lead, N]. Up to 1-D
+    it broadcasts over the rows as it is; otherwise it is expanded to the output's shape and folded to [M, N] (a
+    view where the layout allows, else a copy)."""
+    if bias is None:
+        return None
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    shape = (*lead, n)
+    if bias.dim() > len(shape) or any(s not in (1, t) for s, t in zip(reversed(bias.shape), reversed(shape))):
+        raise ValueError(f"bias must be broadcastable to the output shape {tuple(shape)} (e.g. [N] = [{n}]), got "
+                         f"{tuple(bias.shape)}")
+    if bias.dim() <= 1:
+        return bias
+    return bias.expand(shape).reshape(lead.numel(), n)
 
 
 def matmul(
@@ -208,9 +239,8 @@ def linear(
         raise ValueError(f"weight must be 2-D [N, K], got {getattr(weight, 'shape', type(weight).__name__)}")
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x.shape[-1] (K={x.shape[-1]}) must equal weight.shape[1] (got {weight.shape[1]})")
-    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)):
-        raise ValueError(f"bias must have shape [N] = [{weight.shape[0]}], got {getattr(bias, 'shape', bias)}")
     lead = x.shape[:-1]
+    bias = _bias_2d(bias, lead, weight.shape[0])
     x2 = x.reshape(lead.numel(), x.shape[-1])  # not -1: K may be 0
     if scale_a is not None and isinstance(scale_a, torch.Tensor) and scale_a.numel() > 1:
         scale_a = scale_a.reshape(-1, 1)

@@ -50,6 +50,15 @@ def gemm_kernel(
     MX_PREFETCH: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    if USE_INT64:
+        # Some operand's element offsets may pass 2^31 (the host's `_needs_int64`): every stride in int64, so that
+        # each offset product (rows, columns and K steps alike) and each pointer increment is formed in 64 bits.
+        stride_am, stride_ak = tl.cast(stride_am, tl.int64), tl.cast(stride_ak, tl.int64)
+        stride_bk, stride_bn = tl.cast(stride_bk, tl.int64), tl.cast(stride_bn, tl.int64)
+        stride_mxa, stride_mxb = tl.cast(stride_mxa, tl.int64), tl.cast(stride_mxb, tl.int64)
+        stride_dm, stride_dn = tl.cast(stride_dm, tl.int64), tl.cast(stride_dn, tl.int64)
+        stride_cm, stride_cn = tl.cast(stride_cm, tl.int64), tl.cast(stride_cn, tl.int64)
+        stride_sa, stride_sb = tl.cast(stride_sa, tl.int64), tl.cast(stride_sb, tl.int64)
     if RECORD_SMID:
         tl.store(smid_ptr + pid, smid())
     num_pid_m = tl.cdiv(M, BLOCK_M)
