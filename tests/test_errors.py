@@ -103,11 +103,12 @@ BAD_OUT_CALLS = [
      r"out must have shape \(M, N\)"),
     ("out-dtype", lambda on: smgemm.matmul(on(4, 4), on(4, 4), out=on(4, 4, dtype=torch.float32)), TypeError,
      r"out must have dtype torch.float16"),
+]
+# Checks of what traced tensors do not have (addresses, the negative bit): eager only. (Traced, a negative-view out
+# is refused by torch itself: torch 2.11's fake tensors fail on it.)
+EAGER_ONLY_CALLS = [
     ("out-neg-view", lambda on: smgemm.matmul(on(4, 4), on(4, 4), out=torch._neg_view(on(4, 4))), ValueError,
      r"out is a negative view"),
-]
-# Overlap checks compare addresses: eager only (traced tensors have none).
-BAD_MEMORY_CALLS = [
     ("out-expanded", lambda on: smgemm.matmul(on(4, 4), on(4, 4), out=on(1, 4).expand(4, 4)), ValueError,
      r"out has overlapping elements"),
     ("out-is-a", lambda on: (lambda a: smgemm.matmul(a, on(4, 4), out=a))(on(4, 4)), ValueError, r"out overlaps a"),
@@ -165,8 +166,8 @@ def test_bad_out_same_error_eager_compiled(name, call, exc, match, device):
     _same_error(call, exc, match, [_eager(device), _compiled(device)])
 
 
-@pytest.mark.parametrize(("name", "call", "exc", "match"), BAD_MEMORY_CALLS, ids=_ids(BAD_MEMORY_CALLS))
-def test_bad_out_memory(name, call, exc, match, device):
+@pytest.mark.parametrize(("name", "call", "exc", "match"), EAGER_ONLY_CALLS, ids=_ids(EAGER_ONLY_CALLS))
+def test_bad_out_eager(name, call, exc, match, device):
     _same_error(call, exc, match, [_eager(device)])
 
 
