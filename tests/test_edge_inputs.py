@@ -177,6 +177,36 @@ def test_fp32_input_with_fp16_operands_is_added_in_fp32(device):
     assert_gemm_close(out, a, b, c=c, beta=1.0)
 
 
+def test_a_build_short_of_shared_memory_runs_with_fewer_stages(monkeypatch):
+    # Triton refuses a specialisation that needs more shared memory than the device has before anything runs:
+    # the launch is built again with one stage fewer, and that launcher serves the key from then on.
+    from triton.runtime.errors import OutOfResources
+
+    import smgemm._gemm as G
+
+    class Kernel:
+        """Compiles only with at most `fits` stages; records the stage counts tried."""
+
+        def __init__(self, fits):
+            self.fits, self.tried = fits, []
+
+        def __getitem__(self, grid):
+            return self.launch
+
+        def launch(self, *args, num_stages, **opts):
+            self.tried.append(num_stages)
+            if num_stages > self.fits:
+                raise OutOfResources(237592, 232448, "shared memory")
+            return {(4, 1, 1): lambda *a, **k: None}  # a compiled kernel's launch grid lookup
+
+    monkeypatch.setattr(G, "_LAUNCHERS", {})
+    kernel = Kernel(fits=2)
+    launcher = G._run_cached(kernel, 4, (), {}, 0, "key", num_warps=4, num_stages=4)
+    assert kernel.tried == [4, 3, 2] and G._LAUNCHERS["key"] is launcher
+    with pytest.raises(OutOfResources):  # nothing fits: Triton's own error
+        G._run_cached(Kernel(fits=0), 4, (), {}, 0, "other", num_warps=4, num_stages=3)
+
+
 @pytest.mark.gpu
 def test_gpu_silent_wrong_answer_regressions():
     # The three that were wrong on the H200: K offsets past 2^31, negative views, alpha == 0.

@@ -11,7 +11,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import smgemm
@@ -92,6 +92,10 @@ def test_every_accepted_gemm_is_right(device):
     @given(problems(device))
     def check(problem):
         entry, a, b, c, alpha, beta, scales, kwargs = problem
+        note(f"{entry} {a.dtype} a {tuple(a.shape)} {a.stride()} @{a.data_ptr() % 16} neg={a.is_neg()}, "
+             f"b {tuple(b.shape)} {b.stride()} @{b.data_ptr() % 16} neg={b.is_neg()}, "
+             f"c {None if c is None else (tuple(c.shape), c.stride(), c.dtype)}, alpha={alpha}, beta={beta}, "
+             f"scales {[None if v is None else tuple(v.shape) for v in scales.values()]}, {kwargs}")
         out = _run(entry, a, b, c, alpha, beta, scales, kwargs)
         assert_gemm_close(out, a.resolve_neg(), b.resolve_neg(), alpha=alpha, beta=beta,
                           c=None if c is None else c.resolve_neg(), scale_a=scales.get("scale_a"),

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 from triton import knobs
 from triton.runtime import _allocation
+from triton.runtime.errors import OutOfResources
 
 from ._checks import (
     check_backend,
@@ -442,13 +443,23 @@ def _run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, k
 
     Triton asks the allocator in its context variable for the global scratch in which device-built tensor
     descriptors live; ours is set for the compiling launch only, so that other Triton users' allocator (or none) is
-    left as it was (cached launches allocate their scratch themselves)."""
+    left as it was (cached launches allocate their scratch themselves).
+
+    The planner sizes pipelines from a model of shared memory; where Triton's build of a specialisation needs more
+    than the device has (its layout conversions depend on the operands' alignment), the compile fails before
+    anything runs and is retried with one pipeline stage fewer, down to one."""
     if launcher is None:
         launcher = _LAUNCHERS.get(key)
     if launcher is None:
         token = _allocation._allocator.set(_scratch)
         try:
             compiled = kernel[(grid,)](*args, **meta, **compile_opts)
+        except OutOfResources:
+            stages = compile_opts.get("num_stages", 1)
+            if stages <= 1:
+                raise
+            fewer = {**compile_opts, "num_stages": stages - 1}
+            return _run_cached(kernel, grid, args, meta, device_index, key, **fewer)
         finally:
             _allocation._allocator.reset(token)
         launcher = _LAUNCHERS[key] = _Launcher(compiled, grid)
