@@ -182,7 +182,7 @@ def test_a_build_short_of_shared_memory_runs_with_fewer_stages(monkeypatch):
     # the launch is built again with one stage fewer, and that launcher serves the key from then on.
     from triton.runtime.errors import OutOfResources
 
-    import smgemm._gemm as G
+    import smgemm._launch as G
 
     class Kernel:
         """Compiles only with at most `fits` stages; records the stage counts tried."""
@@ -199,12 +199,12 @@ def test_a_build_short_of_shared_memory_runs_with_fewer_stages(monkeypatch):
                 raise OutOfResources(237592, 232448, "shared memory")
             return {(4, 1, 1): lambda *a, **k: None}  # a compiled kernel's launch grid lookup
 
-    monkeypatch.setattr(G, "_LAUNCHERS", {})
+    monkeypatch.setattr(G, "LAUNCHERS", {})
     kernel = Kernel(fits=2)
-    launcher = G._run_cached(kernel, 4, (), {}, 0, "key", num_warps=4, num_stages=4)
-    assert kernel.tried == [4, 3, 2] and G._LAUNCHERS["key"] is launcher
+    launcher = G.run_cached(kernel, 4, (), {}, 0, "key", num_warps=4, num_stages=4)
+    assert kernel.tried == [4, 3, 2] and G.LAUNCHERS["key"] is launcher
     with pytest.raises(OutOfResources):  # nothing fits: Triton's own error
-        G._run_cached(Kernel(fits=0), 4, (), {}, 0, "other", num_warps=4, num_stages=3)
+        G.run_cached(Kernel(fits=0), 4, (), {}, 0, "other", num_warps=4, num_stages=3)
 
 
 @pytest.mark.gpu

@@ -12,7 +12,8 @@ import torch
 from cases import DTYPES, Case
 from reference import assert_gemm_close, randn
 from smgemm._device import DeviceSpec, device_spec
-from smgemm._gemm import _tma_mode, gemm
+from smgemm._gemm import gemm
+from smgemm._launch import tma_mode as _tma_mode
 from smgemm.plan import TileConfig, make_plan
 
 HOPPER = TileConfig(32, 64, 32, num_warps=4, num_stages=2, tma=True, tma_store=True, flatten=True)

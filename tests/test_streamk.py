@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import smgemm
 import smgemm._gemm
+import smgemm._launch
 import smgemm.plan
 from cases import DTYPES, Case
 from reference import assert_gemm_close, randn
@@ -64,10 +65,10 @@ def test_one_tile_split_over_programs(programs, k, device):
 
 
 def test_finisher_sums_each_column_block(device):
-    # A 32 x 128 tile with 1 warp is finished 32 columns at a time (_gemm.fixup_columns): 4 blocks, each the sum
+    # A 32 x 128 tile with 1 warp is finished 32 columns at a time (_launch.fixup_columns): 4 blocks, each the sum
     # of the lower programs' partials and the finisher's own, picked from its registers. N = 120 ends in block 4.
     cfg = TileConfig(32, 128, 16, num_warps=1, num_stages=2)
-    assert smgemm._gemm.fixup_columns(cfg) == 32
+    assert smgemm._launch.fixup_columns(cfg) == 32
     a, b = Case(32, 120, 160, "fp16", "nt").operands(device)
     bias = torch.arange(120, dtype=torch.float32, device=device)
     assert _plan(a, b, 3, cfg).sk_tiles == 1
@@ -84,7 +85,7 @@ def test_a_tile_shared_by_more_programs_than_the_finisher_has_threads(device, mo
         seen.append(torch.randn(plan.workspace_numel, dtype=torch.float32, device=dev))
         return seen[-1]
 
-    monkeypatch.setattr(smgemm._gemm, "_workspace", garbage_workspace)
+    monkeypatch.setattr(smgemm._launch, "workspace", garbage_workspace)
     cfg = TileConfig(16, 16, 16, num_warps=1, num_stages=2)
     a, b = Case(16, 16, 70 * 16, "fp16", "nt").operands(device)
     bias = torch.randn(16, device=device)
@@ -177,7 +178,7 @@ def test_workspace_needs_no_reset_and_is_left_clean(device, monkeypatch):
         seen.append((plan, ws))
         return ws
 
-    monkeypatch.setattr(smgemm._gemm, "_workspace", garbage_workspace)
+    monkeypatch.setattr(smgemm._launch, "workspace", garbage_workspace)
     a, b = Case(16, 30, 160, "fp16", "nt").operands(device)
     for _ in range(2):
         assert_gemm_close(gemm(a, b, schedule="streamk", num_sms=5, config=SMALL), a, b)

@@ -22,8 +22,8 @@ def _no_table():
 def _plans(monkeypatch) -> list:
     """Record the plan of every launch."""
     seen = []
-    launch = smgemm._gemm._launch
-    monkeypatch.setattr(smgemm._gemm, "_launch", lambda plan, *rest: (seen.append(plan), launch(plan, *rest)))
+    launch = smgemm._gemm.launch
+    monkeypatch.setattr(smgemm._gemm, "launch", lambda plan, *rest: (seen.append(plan), launch(plan, *rest)))
     return seen
 
 

@@ -10,6 +10,9 @@ import functools
 from dataclasses import dataclass
 
 import torch
+from triton.runtime.interpreter import InterpretedFunction
+
+from .kernels.gemm import gemm_kernel
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,6 @@ def interpreter_active() -> bool:
     Triton reads TRITON_INTERPRET when a function is decorated, so we ask a decorated kernel rather than the
     environment (which may have changed since); the answer is fixed for the life of the process.
     """
-    from triton.runtime.interpreter import InterpretedFunction
-
-    from .kernels.gemm import gemm_kernel
-
     return isinstance(gemm_kernel, InterpretedFunction)
 
 

@@ -1,22 +1,17 @@
-"""Validate a GEMM call, plan it, launch the kernel.
+"""Dispatch: check a GEMM call (`_checks`), plan it (`plan`), launch it (`_launch`).
 
-`gemm` is the one entry point every public op goes through:
+`gemm` and `gemm_mxfp4` are the entry points every public op goes through:
 
     out = alpha * (scale_a * scale_b * (a @ b)) + beta * c
 
 with `c` anything broadcastable to (M, N) (a bias along N, a full matrix, ...), per-row `scale_a` and per-column
-`scale_b` (fp8 only). All argument checks happen here, before any launch, and name the offending argument.
+`scale_b` (fp8 only). Every check runs before any launch and names the offending argument. A call whose signature
+passed them before skips them (`_SEEN_CALLS`).
 """
 
 from __future__ import annotations
 
-import random
-from typing import NamedTuple
-
 import torch
-from triton import knobs
-from triton.runtime import _allocation
-from triton.runtime.errors import OutOfResources
 
 from ._checks import (
     check_backend,
@@ -30,15 +25,10 @@ from ._checks import (
     resolve_neg,
 )
 from ._device import device_spec, tf32_enabled
+from ._launch import Operands, launch, run_cached, static_args, tensor_args
+from .kernels.mx_expand import mx_expand_kernel
 from .mxfp4 import MXFP4Tensor
-from .plan import (
-    Plan,
-    TileConfig,
-    make_mx_plan,
-    make_plan,
-    mx_expands,
-    resolve_budget,
-)
+from .plan import Plan, TileConfig, make_mx_plan, make_plan, mx_expands, resolve_budget
 from .tuning import lookup, tuning_version
 
 
@@ -95,8 +85,8 @@ def gemm(
         config, schedule = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) or (None, schedule)
     plan = make_plan(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
                      tf32=a.dtype == torch.float32 and tf32_enabled(), config=config)
-    ops = _Operands(a, b, out, c, scale_a, scale_b, smid_out)
-    ints, meta = _static_args(plan, ops, stride_sa, stride_sb, needs_int64(a, b, out, c, scale_a, scale_b))
+    ops = Operands(a, b, out, c, scale_a, scale_b, smid_out)
+    ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(a, b, out, c, scale_a, scale_b))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
 
 
@@ -109,11 +99,11 @@ def _output(out: torch.Tensor | None, c: torch.Tensor | None, operands: list, m:
     return out
 
 
-def _finish(key: tuple | None, plan: Plan, ops: _Operands, ints: tuple, meta: dict, alpha, beta) -> torch.Tensor:
+def _finish(key: tuple | None, plan: Plan, ops: Operands, ints: tuple, meta: dict, alpha, beta) -> torch.Tensor:
     """Launch a checked call and remember what a repeat of its signature can reuse; returns its output."""
     if ops.smid_out is not None and ops.smid_out.numel() < plan.num_programs:
         raise ValueError(f"smid_out needs {plan.num_programs} elements, got {ops.smid_out.numel()}")
-    launcher = _launch(plan, _tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
+    launcher = launch(plan, tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
     out = ops.out
     _remember(key, (plan, tuple(out.shape), out.dtype, ops.c is not None, ints, meta, launcher))
     return out
@@ -158,8 +148,8 @@ def _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta) -> torch.Tensor | 
         return None
     plan, shape, dtype, has_c, ints, meta, launcher = seen
     out = _empty(shape, dtype, a.device)
-    tensors = _tensor_args(plan, _Operands(a, b, out, c if has_c else None, scale_a, scale_b))
-    _launch(plan, tensors, ints, (float(alpha), float(beta)), meta, launcher)
+    tensors = tensor_args(plan, Operands(a, b, out, c if has_c else None, scale_a, scale_b))
+    launch(plan, tensors, ints, (float(alpha), float(beta)), meta, launcher)
     return out
 
 
@@ -168,95 +158,6 @@ def _remember(key: tuple | None, seen: tuple) -> None:
         if len(_SEEN_CALLS) >= _SEEN_CALLS_MAX:
             _SEEN_CALLS.clear()
         _SEEN_CALLS[key] = seen
-
-
-class _Operands(NamedTuple):
-    """The tensors of one launch. `a` is [M, K] and `b` [K, N], except that an MXFP4 `b` is the [N, K] weight
-    (packed along K); `c` is the input expanded to [M, N], None when it is not read."""
-
-    a: torch.Tensor | MXFP4Tensor
-    b: torch.Tensor | MXFP4Tensor
-    out: torch.Tensor
-    c: torch.Tensor | None = None
-    scale_a: torch.Tensor | None = None
-    scale_b: torch.Tensor | None = None
-    smid_out: torch.Tensor | None = None
-
-
-def _tensor_args(plan: Plan, ops: _Operands) -> tuple:
-    """gemm_kernel's pointer arguments, in signature order (unused ones point at `out`)."""
-    a, b, out = ops.a, ops.b, ops.out
-    a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
-    return (
-        a.data if a_mx else a,
-        b.data if b_mx else b,
-        out,
-        ops.c if ops.c is not None else out,
-        ops.scale_a if ops.scale_a is not None else out,
-        ops.scale_b if ops.scale_b is not None else out,
-        a.scales if a_mx else out,
-        b.scales if b_mx else out,
-        _workspace(plan, out.device) if plan.sk_tiles else out,
-        ops.smid_out if ops.smid_out is not None else out,
-    )
-
-
-def _static_args(plan: Plan, ops: _Operands, stride_sa: int, stride_sb: int, use_int64: bool) -> tuple[tuple, dict]:
-    """gemm_kernel's int arguments (signature order) and meta-parameters: functions of the shapes, strides,
-    dtypes and alignment of the operands and of the plan only, never of the data (so repeat calls reuse them).
-    """
-    a, b, out, c, scale_a, scale_b, smid_out = ops
-    cfg = plan.config
-    a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
-    stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
-    tma = cfg.tma and (a.device.type == "cpu" or device_spec(a.device).capability >= (9, 0))
-    a_mode = 0 if a_mx or not tma else _tma_mode(a)
-    b_mode = 0 if b_mx or not tma else _tma_mode(b)
-    # TMA stores clip at the tensor's edge only to 16-byte granularity (triton-lang/triton#11583): a row whose
-    # length is not a multiple of 16 bytes would spill into the memory beside a view. Such outputs use pointers.
-    store_tma = tma and cfg.tma_store and out.shape[1] * out.element_size() % 16 == 0
-    d_mode = _tma_mode(out) if store_tma else 0
-    ints = (
-        out.shape[0], out.shape[1], a.shape[1],
-        *((a.data.stride(0), 1) if a_mx else a.stride()),
-        *((1, b.data.stride(0)) if b_mx else b.stride()),
-        a.scales.stride(0) if a_mx else 0, b.scales.stride(0) if b_mx else 0,
-        out.stride(0), out.stride(1), stride_cm, stride_cn, stride_sa, stride_sb,
-        plan.num_programs, plan.dp_tiles,
-    )
-    meta = dict(
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        EVEN_K=plan.even_k, HAS_C=c is not None,
-        HAS_SCALE_A=scale_a is not None, HAS_SCALE_B=scale_b is not None,
-        INTERPRETER=a.device.type == "cpu",
-        INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
-        STREAMK=plan.sk_tiles > 0, FIXUP_N=fixup_columns(cfg), FLAG_LANES=32 * cfg.num_warps,
-        RECORD_SMID=smid_out is not None,
-        A_MX=a_mx, B_MX=b_mx, MX_FP16=b_mx and not a_mx and a.dtype == torch.float16, A_DESC=a_mode, B_DESC=b_mode,
-        FLATTEN=cfg.flatten, D_DESC=d_mode == 1, MX_SPLIT=b_mx and cfg.mx_split, MX_SWAP=b_mx and cfg.mx_swap,
-        MX_PREFETCH=b_mx and cfg.mx_prefetch and not cfg.mx_split,
-    )
-    return ints, meta
-
-
-def fixup_columns(cfg: TileConfig) -> int:
-    """Columns of a split tile that a Stream-K finisher reduces at a time: at most 32 fp32 values per thread per
-    partial, so that the partials it loads together (kernels.gemm._FIXUP_UNROLL) fit in registers."""
-    return min(cfg.block_n, 64, 1024 * cfg.num_warps // cfg.block_m)
-
-
-def _tma_mode(t: torch.Tensor) -> int:
-    """How the kernel may read 2-D `t` through a tensor descriptor (TMA): 1, as stored (row-major); 2, as `t.T`
-    (column-major); 0, not at all. TMA needs a 16-byte aligned base, one unit stride and the other a positive
-    multiple of 16 bytes.
-    """
-    if t.data_ptr() % 16:
-        return 0
-    for mode, (unit, other) in ((1, (1, 0)), (2, (0, 1))):
-        stride = t.stride(other)
-        if t.stride(unit) == 1 and stride > 0 and stride * t.element_size() % 16 == 0:
-            return mode
-    return 0
 
 
 def gemm_mxfp4(
@@ -312,8 +213,8 @@ def gemm_mxfp4(
     plan = make_mx_plan(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
-    ops = _Operands(a, w, out, c, smid_out=smid_out)
-    ints, meta = _static_args(plan, ops, 0, 0, needs_int64(*(t for _, t in operands), out, c))
+    ops = Operands(a, w, out, c, smid_out=smid_out)
+    ints, meta = static_args(plan, ops, 0, 0, needs_int64(*(t for _, t in operands), out, c))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
 
 
@@ -340,8 +241,6 @@ def expand_mxfp4_pair(a: MXFP4Tensor, w: MXFP4Tensor, dtype: torch.dtype, num_sm
 
 
 def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None, blocks: dict) -> list:
-    from .kernels.mx_expand import mx_expand_kernel
-
     opts = {**(_EXPAND if num_sms is not None else _EXPAND_CHIP), **blocks}
     device, k = ts[0].device, ts[0].shape[1]
     outs = [_empty((t.shape[0], k), dtype, device) for t in ts]
@@ -362,139 +261,5 @@ def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None
     key = ("expand", device.index, tuple(a for a in args if isinstance(a, int)), *meta.values(), opts["warps"],
            *(x.data_ptr() % 16 == 0 for x in args if isinstance(x, torch.Tensor)))
     with torch.cuda.device(device):
-        _run_cached(mx_expand_kernel, grid, args, meta, device.index, key, num_warps=opts["warps"])
+        run_cached(mx_expand_kernel, grid, args, meta, device.index, key, num_warps=opts["warps"])
     return outs
-
-
-# Stream-K launch ids. A private generator, so that user code seeding `random` cannot make ids repeat (which would
-# still be safe: flags are reset by their reader within the launch; a fresh id only guards against stale memory).
-_EPOCHS = random.Random()
-
-
-def _workspace(plan: Plan, device: torch.device) -> torch.Tensor:
-    """Stream-K scratch for one launch, from PyTorch's caching allocator on the current stream.
-
-    Never zeroed: a flag counts as raised only when it equals this launch's epoch (a random 62-bit id), and
-    readers reset the flags they consume, so neither leftovers of earlier launches nor other tensors' bytes
-    are mistaken for a published partial. Allocating per launch makes two streams, CUDA graphs (the graph's
-    private pool) and other devices independent, with no state kept here.
-    """
-    return torch.empty(plan.workspace_numel, dtype=torch.float32, device=device)
-
-
-def _epoch() -> int:
-    """A Stream-K launch id in [2**62, 2**63): nonzero and always passed to the kernel as int64."""
-    return _EPOCHS.getrandbits(62) | (1 << 62)
-
-
-# Launchers of compiled kernels, keyed on everything Triton specializes a compilation on (and more): device,
-# plan, meta-parameters, the int arguments' values, the tensors' dtypes and 16-byte alignment. Filled on first
-# use of a key; calling the launcher directly saves ~20 us of host time per call over Triton's launch path.
-_LAUNCHERS: dict[tuple, _Launcher] = {}
-
-
-class _Launcher:
-    """One compiled kernel on one grid, launched with as little host work as Triton 3.6 allows.
-
-    Triton's own per-call path (`CompiledKernel[grid](...)`: a Python runner, launch metadata, `CudaLauncher`'s
-    scratch allocation, two calls of empty hook chains) costs ~6 us of host time on the H200's host above its
-    generated C launch function, which this calls directly with the same arguments (docs/performance.md, host
-    overhead). The global scratch in which device-built tensor descriptors live comes from PyTorch's caching
-    allocator on the current device and stream. While Triton's launch hooks are set (a profiler), and where the
-    compiled kernel is not laid out as expected, the launch goes through Triton's runner instead.
-    """
-
-    def __init__(self, compiled, grid: int):
-        self.runner = compiled[(grid, 1, 1)]
-        self.grid = grid
-        try:
-            run = compiled.run
-            direct = run.profile_scratch_size == 0 and callable(run.launch)
-            self.c_launch = run.launch if direct else None
-            self.fixed = (compiled.function, run.launch_cooperative_grid, run.launch_pdl)
-            self.scratch_bytes = grid * run.num_ctas * run.global_scratch_size
-            self.metadata = compiled.packed_metadata
-        except AttributeError:  # another Triton's internals: its runner only
-            self.c_launch = None
-
-    def __call__(self, args: tuple, stream: int) -> None:
-        hooks = knobs.runtime
-        if self.c_launch is None or _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
-            token = _allocation._allocator.set(_scratch)
-            try:
-                self.runner(*args, stream=stream)
-            finally:
-                _allocation._allocator.reset(token)
-            return
-        scratch = _scratch(self.scratch_bytes, 128, stream) if self.scratch_bytes else None
-        self.c_launch(self.grid, 1, 1, stream, *self.fixed, scratch, None, self.metadata, None, None, None, *args)
-
-
-def _hooked(hook) -> bool:
-    """Whether a Triton launch hook does anything (Triton 3.6 keeps an always-present chain of hooks, empty unless a
-    profiler adds one; a plain callable counts as active)."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
-def _run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, key: tuple | None,
-                launcher: _Launcher | None = None, **compile_opts) -> _Launcher:
-    """Launch `kernel` on the current stream through the cached launcher of `key` (or the `launcher` given); the
-    first launch of a key compiles (and runs) through Triton and caches the launcher. Returns the launcher.
-
-    Triton asks the allocator in its context variable for the global scratch in which device-built tensor
-    descriptors live; ours is set for the compiling launch only, so that other Triton users' allocator (or none) is
-    left as it was (cached launches allocate their scratch themselves).
-
-    The planner sizes pipelines from a model of shared memory; where Triton's build of a specialisation needs more
-    than the device has (its layout conversions depend on the operands' alignment), the compile fails before
-    anything runs and is retried with one pipeline stage fewer, down to one."""
-    if launcher is None:
-        launcher = _LAUNCHERS.get(key)
-    if launcher is None:
-        token = _allocation._allocator.set(_scratch)
-        try:
-            compiled = kernel[(grid,)](*args, **meta, **compile_opts)
-        except OutOfResources:
-            stages = compile_opts.get("num_stages", 1)
-            if stages <= 1:
-                raise
-            fewer = {**compile_opts, "num_stages": stages - 1}
-            return _run_cached(kernel, grid, args, meta, device_index, key, **fewer)
-        finally:
-            _allocation._allocator.reset(token)
-        launcher = _LAUNCHERS[key] = _Launcher(compiled, grid)
-    else:
-        launcher((*args, *meta.values()), torch._C._cuda_getCurrentRawStream(device_index))
-    return launcher
-
-
-def _launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher=None):
-    """Launch gemm_kernel on the tensors' device; returns the compiled kernel's launcher (None in the interpreter),
-    which a caller may pass back for a launch with the same ints, meta, dtypes and alignment."""
-    device = tensors[2].device
-    # Triton launches on the current device: make it the tensors' device (cuda:1 ...) for the launch.
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            return _launch_on(device, plan, tensors, ints, floats, meta, launcher)
-    return _launch_on(device, plan, tensors, ints, floats, meta, launcher)
-
-
-def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    """Triton's per-launch global scratch (where each program builds its TMA descriptors), from PyTorch's caching
-    allocator on the current device and stream: ordered with the launch, and private to a graph being captured.
-    """
-    return torch.empty(size, dtype=torch.int8, device="cuda")  # 512-byte aligned, more than Triton's 128 asks
-
-
-def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher):
-    from .kernels.gemm import gemm_kernel
-
-    grid = plan.num_programs
-    if device.type != "cuda":  # the interpreter: nothing compiled, nothing to cache
-        gemm_kernel[(grid,)](*tensors, *ints, _epoch(), *floats, **meta)
-        return None
-    key = None if launcher is not None else (
-        device.index, plan, *meta.values(), ints,
-        tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
-    return _run_cached(gemm_kernel, grid, (*tensors, *ints, _epoch(), *floats), meta, device.index, key,
-                       launcher, num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
