@@ -10,7 +10,7 @@ that partition's SMs.
 import torch
 
 import smgemm
-from smgemm.overlap_bench import kv_scores  # a bandwidth-bound GEMV that reaches ~3.8 TB/s on 52 SMs
+from smgemm.tools.overlap import kv_scores  # a bandwidth-bound GEMV that reaches ~3.8 TB/s on 52 SMs
 
 gemm_part, other_part = smgemm.SMPartition.split(80)  # the GEMM's share, and every other SM for the GEMV
 print(gemm_part, other_part, sep="\n")

@@ -3,8 +3,9 @@
 import torch
 
 from smgemm._device import INTERPRETER_SPEC, tf32_enabled
-from smgemm.bench import _table, describe, table_dtype
 from smgemm.plan import make_mx_plan
+from smgemm.tools.bench import describe, table_dtype
+from smgemm.tools.timing import table as _table
 
 
 def test_table_takes_rows_with_different_columns():

@@ -124,7 +124,7 @@ def test_descriptor_store_stays_inside_a_view(width, device):
 
 
 def test_sm_scaling_plot(tmp_path):
-    from smgemm.bench import plot_budgets
+    from smgemm.tools.bench import plot_budgets
 
     rows = [{"M": 64, "N": 64, "K": 64, "num_sms": n, "smgemm TFLOP/s": 3.0 * n, "cuBLASLt carve-out TFLOP/s": 2.9 * n}
             for n in (16, 32, 66)]

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from smgemm.bench import _table
-from smgemm.overlap_bench import bench_overlap, plot_overlap
+from smgemm.tools.overlap import bench_overlap, plot_overlap
+from smgemm.tools.timing import table as _table
 
 
 def test_overlap_plot(tmp_path):
@@ -28,7 +28,7 @@ def test_overlap_bench_runs_and_checks_results():
 
 def test_kv_scores_matches_float64(device):
     # The overlap benchmark's bandwidth-bound kernel (a Triton GEMV), run through the interpreter on a CPU.
-    from smgemm.overlap_bench import kv_scores
+    from smgemm.tools.overlap import kv_scores
 
     x = torch.randn(37, 2048, device=device).to(torch.bfloat16)  # 37 rows: the last block of 8 is partial
     q = torch.randn(2048, device=device)

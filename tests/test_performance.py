@@ -6,7 +6,8 @@ with torch. The figures themselves, with the full commands, are in docs/performa
 
 import pytest
 
-from smgemm.bench import _table, bench_full_chip
+from smgemm.tools.bench import bench_full_chip
+from smgemm.tools.timing import table as _table
 
 pytestmark = pytest.mark.performance
 
@@ -24,7 +25,7 @@ def test_streamk_against_other_schedules_and_torch():
 
 
 def test_mxfp4_decode_and_large():
-    from smgemm.bench import bench_mxfp4
+    from smgemm.tools.bench import bench_mxfp4
 
     rows = bench_mxfp4([(16, 8192, 8192), (4096, 4096, 4096)]) + bench_mxfp4([(4096, 4096, 4096)], both=True)
     print("\n" + _table(rows))
@@ -35,7 +36,7 @@ def test_hopper_path_full_chip_and_sm_budgets():
     """Issue 4's comparisons, short: full chip vs torch.matmul (bf16, fp8 vs _scaled_mm), budgets vs cuBLASLt."""
     import torch
 
-    from smgemm.bench import bench_budgets
+    from smgemm.tools.bench import bench_budgets
 
     shapes = [(8192, 8192, 8192), (4096, 14336, 4096), (1024, 8192, 8192)]
     rows = bench_full_chip(shapes, torch.bfloat16, ["auto"])

@@ -4,7 +4,7 @@ all-reduce overlapped with SM-budgeted GEMMs, checked against the unsharded MLP.
 import pytest
 import torch
 
-from smgemm.tp_bench import run
+from smgemm.tools.tp import run_ranks as run
 
 
 def test_two_ranks_match_the_unsharded_mlp():

@@ -11,6 +11,7 @@ from reference import assert_gemm_close, randn
 from smgemm import tuning
 from smgemm._device import device_spec
 from smgemm.plan import TileConfig, make_plan
+from smgemm.tools import tune as tuner
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +30,7 @@ def _plans(monkeypatch) -> list:
 
 def test_candidates_fit_and_cover_both_paths():
     spec = device_spec(torch.device("cpu"))
-    found = tuning.candidates(256, 256, 512, torch.bfloat16, spec, 4)
+    found = tuner.candidates(256, 256, 512, torch.bfloat16, spec, 4)
     assert {s for _, s in found} == {"persistent", "streamk"}
     assert any(c.tma for c, _ in found) and any(not c.tma for c, _ in found)
     assert not any(c.tma for c, _ in found if c.block_m * c.block_n < 128 * 128)
@@ -47,7 +48,7 @@ def test_tune_picks_the_fastest_and_the_planner_uses_it(tmp_path, monkeypatch, d
         fn(*sets[0])
         return 1.0 if fn.__defaults__[0] == wanted else 2.0
 
-    entries = tuning.tune([(48, 64, 128)], torch.float16, num_sms=3, device=device, timer=timer, log=None)
+    entries = tuner.tune([(48, 64, 128)], torch.float16, num_sms=3, device=device, timer=timer, log=None)
     assert len(entries) == 1 and entries[0]["config"]["block_n"] == 64 and entries[0]["num_sms"] == 3
     path = tmp_path / "tuned.json"
     tuning.save(entries, str(path))

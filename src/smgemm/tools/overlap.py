@@ -23,6 +23,10 @@ import torch
 import triton
 import triton.language as tl
 
+import smgemm
+
+from .timing import PLOT_SKIPPED, environment, event_ms, int_list, pyplot, save_figure, shape, table
+
 
 @triton.jit
 def _kv_scores_kernel(kv_ptr, q_ptr, out_ptr, rows, COLS: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -63,12 +67,9 @@ def bench_overlap(
     gemm_shape: tuple[int, int, int], mem_bytes: float, budgets: list[int], reps: int = 20,
     gemv: dict[str, int] | None = None, evict_first: bool = False,
 ) -> list[dict[str, object]]:
-    import smgemm
 
-    from .bench import event_ms as _event_ms
-
-    def event_ms(run: Callable[[], object], reps: int) -> float:  # every measurement at steady clocks
-        return _event_ms(run, reps, warm_s=0.2)
+    def steady_ms(run: Callable[[], object], reps: int) -> float:  # every measurement at steady clocks
+        return event_ms(run, reps, warm_s=0.2)
 
     m, n, k = gemm_shape
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
@@ -95,15 +96,15 @@ def bench_overlap(
         raise RuntimeError(f"wrong results before timing: GEMM rel err {gemm_err:.2e}, GEMV {red_err:.2e}")
 
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
-    t_gemm = event_ms(gemm(), reps)
-    t_mem = event_ms(reduce, reps)
-    t_seq = event_ms(lambda: (gemm()(), reduce()), reps)
-    t_conc = event_ms(lambda: _side_by_side((s1, gemm()), (s2, reduce)), reps)
+    t_gemm = steady_ms(gemm(), reps)
+    t_mem = steady_ms(reduce, reps)
+    t_seq = steady_ms(lambda: (gemm()(), reduce()), reps)
+    t_conc = steady_ms(lambda: _side_by_side((s1, gemm()), (s2, reduce)), reps)
     rows = []
     for sms in budgets:
         g_part, m_part = smgemm.SMPartition.split(sms)
-        t_gemm_k = event_ms(gemm(sms), reps)
-        t_part = event_ms(lambda g=g_part, p=m_part, sms=sms: _side_by_side((g.stream, gemm(sms)), (p.stream, reduce)),
+        t_gemm_k = steady_ms(gemm(sms), reps)
+        t_part = steady_ms(lambda g=g_part, p=m_part, sms=sms: _side_by_side((g.stream, gemm(sms)), (p.stream, reduce)),
                           reps)
         rows.append({
             "GEMM SMs": sms, "other SMs": m_part.num_sms, "isolated": g_part.isolated and m_part.isolated,
@@ -116,8 +117,6 @@ def bench_overlap(
 
 def plot_overlap(rows: list[dict[str, object]], path: str, title: str) -> str:
     """PNG of wall time against the GEMM's SM count for the three ways of running the pair."""
-    from .bench import PLOT_SKIPPED, pyplot, save_figure
-
     plt = pyplot()
     if plt is None:
         return PLOT_SKIPPED.format(path)
@@ -132,31 +131,30 @@ def plot_overlap(rows: list[dict[str, object]], path: str, title: str) -> str:
     return save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .bench import _table, environment
-
-    p = argparse.ArgumentParser(prog="python -m smgemm bench overlap", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gemm", default="8192x8192x8192", help="MxNxK of the bf16 GEMM (B an [N, K] weight)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gemm", default=(8192, 8192, 8192), type=shape, help="MxNxK of the bf16 GEMM (B an [N, K] weight)")
     p.add_argument("--mem-gb", type=float, default=6.0, help="GB the bandwidth-bound GEMV reads")
-    p.add_argument("--num-sms", default="32,48,66,80,100,116", help="GEMM SM counts k to sweep")
+    p.add_argument("--num-sms", default=[32, 48, 66, 80, 100, 116], type=int_list, help="GEMM SM counts k to sweep")
     p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--gemv", default="8,1024,4,8", help="the GEMV kernel's block_r,block_c,stages,warps")
+    p.add_argument("--gemv", default=[8, 1024, 4, 8], type=int_list,
+                   help="the GEMV kernel's block_r,block_c,stages,warps")
     p.add_argument("--evict-first", action="store_true", help="the GEMV's loads leave L2 first (evict_first)")
     p.add_argument("--plot", default="smgemm_overlap.png", help="PNG path ('' skips)")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     print(environment())
     if not torch.cuda.is_available():
         print("The overlap benchmark needs a CUDA GPU (it times concurrent streams); nothing to do on a CPU.")
         return 0
-    shape = tuple(int(v) for v in args.gemm.split("x"))
-    gemv = dict(zip(("block_r", "block_c", "stages", "warps"), (int(v) for v in args.gemv.split(","))))
+    if len(args.gemv) != 4:
+        raise SystemExit("--gemv takes four ints: block_r,block_c,stages,warps")
+    gemv = dict(zip(("block_r", "block_c", "stages", "warps"), args.gemv))
     print(f"GEMV kernel: {gemv}, evict_first={args.evict_first}")
-    rows = bench_overlap(shape, args.mem_gb * 1e9, [int(v) for v in args.num_sms.split(",")], args.reps, gemv,
-                         args.evict_first)
-    print(_table(rows))
+    rows = bench_overlap(args.gemm, args.mem_gb * 1e9, args.num_sms, args.reps, gemv, args.evict_first)
+    print(table(rows))
     best = min(rows, key=lambda r: r["partitioned / sequential"])
     print(f"best k = {best['GEMM SMs']}: partitioned / sequential = {best['partitioned / sequential']:.3f}")
     if args.plot:
-        print(plot_overlap(rows, args.plot, f"{args.gemm} bf16 GEMM + {args.mem_gb:g} GB GEMV"))
+        print(plot_overlap(rows, args.plot, f"{'x'.join(map(str, args.gemm))} bf16 GEMM + {args.mem_gb:g} GB GEMV"))
     return 0

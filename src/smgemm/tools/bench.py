@@ -9,17 +9,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import math
-import platform
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
-from .plan import DTYPES
+import smgemm
+
+from .._device import INTERPRETER_SPEC, device_spec, tf32_enabled
+from ..plan import DTYPES, make_mx_plan, make_plan, mx_expands
+from .timing import (
+    PLOT_SKIPPED,
+    choices_list,
+    copies_for,
+    environment,
+    graph_rotating,
+    host_us_per_call,
+    int_list,
+    progress,
+    pyplot,
+    rel_err,
+    save_figure,
+    table,
+    time_rotating,
+)
 
 # Llama-3 8B / 70B projection (N, K): qkv, o, gate+up, down.
 LLAMA_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192), (8192, 8192),
@@ -28,8 +42,7 @@ SUITES = {
     "quick": [(4096, 4096, 4096), (8192, 8192, 8192), (16, 4096, 4096), (128, 14336, 4096)],
     "square": [(s, s, s) for s in (1024, 2048, 4096, 8192)],
     "llm": [(m, n, k) for m in (16, 128, 1024, 4096, 8192) for n, k in LLAMA_NK],
-    # Batched decode between the llm suite's M = 16 and 128 (not in issue 4's geomean): the planner's one-row and
-    # long-K-step rules (stop 19).
+    # Batched decode between the llm suite's M = 16 and 128: the planner's one-row and long-K-step rules.
     "mid": [(m, n, k) for m in (32, 64) for n, k in LLAMA_NK],
     # Few tiles or a ragged last wave on 132 SMs (128 x 256 tiles): where Stream-K should pay.
     "streamk": [(256, 1024, 16384), (512, 512, 32768), (1024, 1024, 16384), (128, 4096, 8192), (256, 8192, 8192),
@@ -37,39 +50,6 @@ SUITES = {
                 (3072, 3072, 4096), (4096, 4352, 4096)],
 }
 BUDGET_SHAPES = [(8192, 8192, 8192), (4096, 14336, 4096)]
-
-
-def _progress(items: list, desc: str) -> Iterable:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, desc=desc, leave=False, file=sys.stderr)
-
-
-def _table(rows: list[dict[str, object]]) -> str:
-    if not rows:
-        return "(no rows)"
-    keys = list(dict.fromkeys(k for r in rows for k in r))  # every row's columns, first-seen order
-    fmt = [[f"{r[k]:.3g}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys] for r in rows]
-    widths = [max(len(k), *(len(f[i]) for f in fmt)) for i, k in enumerate(keys)]
-    line = "| " + " | ".join(k.ljust(w) for k, w in zip(keys, widths)) + " |"
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    body = ["| " + " | ".join(c.rjust(w) for c, w in zip(f, widths)) + " |" for f in fmt]
-    return "\n".join([line, sep, *body])
-
-
-def environment() -> str:
-    import triton
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=False).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (Triton interpreter)"
-    return (f"GPU: {gpu} | torch {torch.__version__} | triton {triton.__version__} | "
-            f"python {platform.python_version()} | smgemm commit {commit}")
 
 
 def _operands(m: int, n: int, k: int, dtype: torch.dtype, copies: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -82,111 +62,6 @@ def _operands(m: int, n: int, k: int, dtype: torch.dtype, copies: int) -> list[t
     return sets
 
 
-def _copies_for(m: int, n: int, k: int, dtype: torch.dtype) -> int:
-    """Enough operand sets that rotating through them defeats the 60 MB L2 (about 256 MB in all)."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    return max(1, min(16, math.ceil(256e6 / ((m * k + k * n) * elem))))
-
-
-def _rotation(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list) -> Callable[[], None]:
-    """A call of `fn` on the next operand set, round and round."""
-    cycle = itertools.cycle(sets)
-    return lambda: fn(*next(cycle))
-
-
-def _time_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list, batches: int = 5) -> float:
-    """Median milliseconds of one call, rotating through the operand sets (which together defeat L2): device time
-    of back-to-back calls, whatever the host's speed.
-
-    The GPU is kept busy with `fn` for 50 ms first: after a pause (a kernel compiling on the host) its clocks
-    drop, and a short warm-up does not bring them back for small problems (measured on the H200: rows that
-    followed a compile read 2-3x slow). Batches of about 10 ms follow; a batch of short calls (under 1 ms with
-    the host's share) starts behind a GPU sleep long enough for the host to queue all of it, so that host overhead
-    (reported on its own by `host_overhead`) never leaves the GPU idle inside the timed span; longer calls keep
-    the host ahead by themselves and run back to back at the clocks the power limit allows. (Until 2026-11-30 this
-    was triton's do_bench, which clears L2 with a memset before every call and times each call alone: short
-    kernels then read up to 4x slow, see docs/performance.md.)
-    """
-    step = _rotation(fn, sets)
-    start_s, calls = time.perf_counter(), 0
-    while time.perf_counter() - start_s < 0.05:
-        step()
-        torch.cuda.synchronize()
-        calls += 1
-    per_call_s = (time.perf_counter() - start_s) / calls  # host + device, an upper bound on either
-    n = max(len(sets), min(500, math.ceil(10e-3 / per_call_s)))  # about 10 ms of calls, every set at least once
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(batches):
-        if per_call_s < 1e-3:  # the host may be the slower side: let it queue the batch during a GPU sleep
-            torch.cuda._sleep(int(1.5 * n * per_call_s * 2e9))  # ~2 GHz
-        start.record()
-        for _ in range(n):
-            step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / n)
-    return sorted(times)[len(times) // 2]
-
-
-def event_ms(run: Callable[[], object], reps: int, barrier: Callable[[], object] | None = None,
-             warm_s: float = 0.0) -> float:
-    """Milliseconds per call of `run`: one warm-up call (or `warm_s` seconds of calls, which bring the clocks back
-    up after a pause), then CUDA events on the current stream around `reps` calls (after `barrier()`, e.g.
-    `torch.distributed.barrier`, so that ranks start together)."""
-    start_s = time.perf_counter()
-    run()
-    torch.cuda.synchronize()
-    while time.perf_counter() - start_s < warm_s:
-        run()
-        torch.cuda.synchronize()
-    if barrier is not None:
-        barrier()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        run()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
-
-
-def graph_us(fn: Callable[[], object], calls: int = 20, reps: int = 10) -> float:
-    """Median device microseconds of one call of `fn`, from replays of a CUDA graph of `calls` calls.
-
-    Launch gaps and host overhead drop out: what is left is the kernel itself (operands may sit in L2).
-    """
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # compile and warm up outside the capture
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return sorted(times)[len(times) // 2]
-
-
-def _graph_rotating(fn: Callable[[torch.Tensor, torch.Tensor], object], sets: list) -> float:
-    """graph_us of `fn` over a graph of one call per operand set (each call reads its own set, defeating L2)."""
-    return graph_us(_rotation(fn, sets), calls=len(sets))
-
-
-def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    x, ref = x.float(), ref.float()
-    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
 def _torch_mm(dtype: torch.dtype) -> Callable:
     if dtype == torch.float8_e4m3fn:
         one = torch.ones((), device="cuda")
@@ -196,8 +71,6 @@ def _torch_mm(dtype: torch.dtype) -> Callable:
 
 
 def _smgemm_mm(**kw) -> Callable:
-    import smgemm
-
     return lambda a, b: smgemm.matmul(a, b, **kw)
 
 
@@ -212,8 +85,6 @@ def describe(plan) -> str:
 
 def describe_mx(m: int, n: int, k: int, spec, expand: bool, num_sms: int | None = None) -> str:
     """An MXFP4 GEMM's plan in a table cell: the fused kernel's, or "expand + " the dense GEMM's (two passes)."""
-    from smgemm.plan import make_mx_plan, make_plan
-
     if expand:
         return "expand + " + describe(make_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms))
     return describe(make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms))
@@ -222,17 +93,14 @@ def describe_mx(m: int, n: int, k: int, spec, expand: bool, num_sms: int | None 
 def bench_full_chip(
     shapes: list[tuple[int, int, int]], dtype: torch.dtype, schedules: list[str]
 ) -> list[dict[str, object]]:
-    import smgemm
-    from smgemm._device import device_spec, tf32_enabled
-
     spec = device_spec(torch.device("cuda"))
     tf32 = dtype == torch.float32 and tf32_enabled()  # the plans gemm makes (set by `table_dtype` for "tf32")
     rows = []
-    for m, n, k in _progress(shapes, "full chip"):
-        sets = _operands(m, n, k, dtype, _copies_for(m, n, k, dtype))
+    for m, n, k in progress(shapes, "full chip"):
+        sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype))
         peer = _torch_mm(dtype)
         ref = peer(*sets[0])
-        t_peer = _time_rotating(peer, sets)
+        t_peer = time_rotating(peer, sets)
         flop = 2 * m * n * k
         row: dict[str, object] = {"M": m, "N": n, "K": k}
         err = 0.0
@@ -241,8 +109,8 @@ def bench_full_chip(
             plan = smgemm.make_plan(m, n, k, dtype, spec, schedule=schedule, tf32=tf32)
             if plan not in timed:
                 ours = _smgemm_mm(schedule=schedule)
-                err = max(err, _rel_err(ours(*sets[0]), ref))
-                timed[plan] = _time_rotating(ours, sets)
+                err = max(err, rel_err(ours(*sets[0]), ref))
+                timed[plan] = time_rotating(ours, sets)
             row[f"{schedule} TFLOP/s"] = flop / timed[plan] / 1e9
         row["torch TFLOP/s"] = flop / t_peer / 1e9
         row["ratio"] = row[f"{schedules[0]} TFLOP/s"] / row["torch TFLOP/s"]
@@ -274,13 +142,13 @@ def bench_budgets(shapes: list[tuple[int, int, int]], dtype: torch.dtype, budget
     total = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for m, n, k in shapes:
-        sets = _operands(m, n, k, dtype, _copies_for(m, n, k, dtype))
+        sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype))
         bias = torch.zeros(n, device="cuda", dtype=dtype)
-        for sms in _progress(budgets, f"budgets {m}x{n}x{k}"):
+        for sms in progress(budgets, f"budgets {m}x{n}x{k}"):
             ours = _smgemm_mm(num_sms=sms)
             peer = _with_carveout(total - sms, lambda a, b, bias=bias: torch.addmm(bias, a, b))
-            err = _rel_err(ours(*sets[0]), peer(*sets[0]))
-            t_ours, t_peer = _time_rotating(ours, sets), _time_rotating(peer, sets)
+            err = rel_err(ours(*sets[0]), peer(*sets[0]))
+            t_ours, t_peer = time_rotating(ours, sets), time_rotating(peer, sets)
             flop = 2 * m * n * k
             rows.append({
                 "M": m, "N": n, "K": k, "num_sms": sms,
@@ -289,31 +157,6 @@ def bench_budgets(shapes: list[tuple[int, int, int]], dtype: torch.dtype, budget
             })
         del sets
     return rows
-
-
-def pyplot():
-    """matplotlib.pyplot with a file-only backend, or None when matplotlib is not installed (it is optional)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
-
-
-def save_figure(fig, path: str) -> str:
-    """Lay out, write and close `fig`; returns the line the benchmarks print."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return f"wrote {path}"
-
-
-PLOT_SKIPPED = "plot skipped ({}): matplotlib is not installed (pip install 'smgemm[bench]')"
 
 
 def plot_budgets(rows: list[dict[str, object]], path: str, label: str = "bf16") -> str:
@@ -344,8 +187,6 @@ MXFP4_LARGE = [(4096, 4096, 4096), (4096, 14336, 4096), (8192, 8192, 8192)]
 def mx_decode_sets(m: int, n: int, k: int) -> list[tuple]:
     """(x bf16 [m, k], an MXFP4 weight [n, k], its bf16 dequantization) sets: enough that rotating through them
     moves ~256 MB of bf16 weights, so that neither smgemm nor its peer runs from L2."""
-    import smgemm
-
     sets = []
     for _ in range(max(1, min(16, math.ceil(256e6 / (n * k * 2))))):
         w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
@@ -373,14 +214,10 @@ def table_dtype(name: str) -> Iterator[torch.dtype]:
 def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[dict[str, object]]:
     """smgemm.linear with an MXFP4 weight (and MXFP4 activations if `both`) vs torch.matmul in bf16 on the
     dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies)."""
-    import smgemm
-    from smgemm._device import device_spec
-    from smgemm.plan import mx_expands
-
     spec = device_spec(torch.device("cuda"))
 
     rows = []
-    for m, n, k in _progress(shapes, "mxfp4"):
+    for m, n, k in progress(shapes, "mxfp4"):
         sets = []
         for x, w, w_ref in mx_decode_sets(m, n, k):
             xq = smgemm.quantize_mxfp4(x.float()) if both else x
@@ -388,15 +225,15 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
             sets.append(((xq, w), (x_ref, w_ref.t())))
         ours = [s for s, _ in sets]
         peer = [p for _, p in sets]
-        err = _rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
-        t_ours = _time_rotating(lambda a, w: smgemm.linear(a, w), ours)
-        t_peer = _time_rotating(torch.matmul, peer)
+        err = rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
+        t_ours = time_rotating(lambda a, w: smgemm.linear(a, w), ours)
+        t_peer = time_rotating(torch.matmul, peer)
         plan_text = describe_mx(m, n, k, spec, mx_expands(m, n, k, both))
         row = {"M": m, "N": n, "K": k, "operands": "both MXFP4" if both else "MXFP4 weight",
                "smgemm us": t_ours * 1e3, "torch bf16 us": t_peer * 1e3, "speed-up": t_peer / t_ours}
         if m <= 64:  # decode: kernel time from CUDA graphs (as serving engines run decode), host overhead excluded
-            g_ours = _graph_rotating(lambda a, w: smgemm.linear(a, w), ours)
-            g_peer = _graph_rotating(torch.matmul, peer)
+            g_ours = graph_rotating(lambda a, w: smgemm.linear(a, w), ours)
+            g_peer = graph_rotating(torch.matmul, peer)
             row.update({"graph: smgemm us": g_ours, "graph: torch us": g_peer, "graph speed-up": g_peer / g_ours})
         row.update({"smgemm TFLOP/s": 2 * m * n * k / t_ours / 1e9, "plan": plan_text, "rel err": err})
         rows.append(row)
@@ -404,23 +241,8 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
     return rows
 
 
-def host_us_per_call(fn: Callable[[], object], iters: int = 2000) -> float:
-    """Host microseconds per call of `fn` after a warm-up, without synchronizing inside the loop."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / iters * 1e6
-
-
 def host_overhead(iters: int = 2000) -> list[dict[str, object]]:
     """Host microseconds per call of a tiny cached GEMM (launch-bound, no sync inside the loop)."""
-    import smgemm
-
     a = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(64, device="cuda", dtype=torch.bfloat16)
@@ -436,9 +258,6 @@ def host_overhead(iters: int = 2000) -> list[dict[str, object]]:
 
 def interpreter_check() -> list[dict[str, object]]:
     """No GPU: run small GEMMs of every dtype and schedule in the interpreter and compare with float64."""
-    import smgemm
-    from smgemm._device import INTERPRETER_SPEC
-
     rows = []
     for name, dtype in DTYPES.items():
         for schedule, num_sms in (("data_parallel", None), ("persistent", 3), ("streamk", 5)):
@@ -458,54 +277,46 @@ def interpreter_check() -> list[dict[str, object]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    if argv and argv[0] == "overlap":
-        from .overlap_bench import main as overlap_main
-
-        return overlap_main(argv[1:])
-    if argv and argv[0] == "tp":
-        from .tp_bench import main as tp_main
-
-        return tp_main(argv[1:])
-    p = argparse.ArgumentParser(prog="python -m smgemm bench", description=__doc__,
-                                epilog="python -m smgemm bench overlap --help / bench tp --help: the overlap and "
-                                       "tensor-parallel MLP benchmarks")
-    p.add_argument("--dtype", default="bf16",
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", default=["bf16"], type=choices_list([*DTYPES, "tf32"]),
                    help="comma list of " + ",".join(DTYPES) + ", tf32 (fp32 with TF32 allowed on both sides)")
-    p.add_argument("--suite", default="quick", help="comma list of " + ",".join(SUITES))
-    p.add_argument("--num-sms", default="16,32,66,100,132", help="budgets for the SM-constrained table ('' skips)")
+    p.add_argument("--suite", default=["quick"], type=choices_list(SUITES), help="comma list of " + ",".join(SUITES))
+    p.add_argument("--num-sms", default=[16, 32, 66, 100, 132], type=int_list,
+                   help="budgets for the SM-constrained table ('' skips)")
     p.add_argument("--plot", default="smgemm_sm_scaling.png",
                    help="PNG of the SM-budget table: TFLOP/s against num_sms ('' skips)")
-    p.add_argument("--schedules", default="auto", help="comma list; the first one's ratio to torch is printed")
+    p.add_argument("--schedules", default=["auto"], type=choices_list(smgemm.SCHEDULES),
+                   help="comma list; the first one's ratio to torch is printed")
     p.add_argument("--no-overhead", action="store_true", help="skip the host-overhead table")
     p.add_argument("--mxfp4", action="store_true", help="also the MXFP4 tables (decode and large shapes)")
-    args = p.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> int:
     print(environment())
     if not torch.cuda.is_available():
         print("No CUDA GPU: ran small GEMMs through the Triton interpreter (correctness only; times are not "
               "GPU performance).")
         rows = interpreter_check()
-        print(_table(rows))
+        print(table(rows))
         return 0 if all(r["ok"] for r in rows) else 1
 
-    shapes = [s for name in args.suite.split(",") for s in SUITES[name]]
-    budgets = [int(x) for x in args.num_sms.split(",") if x]
-    for name in filter(None, args.dtype.split(",")):  # --dtype '': no dense tables
+    shapes = [s for name in args.suite for s in SUITES[name]]
+    budgets = args.num_sms
+    for name in args.dtype:  # --dtype '': no dense tables
         with table_dtype(name) as dtype:
             peer = "torch._scaled_mm(use_fast_accum=True)" if name == "fp8" else "torch.matmul"
             print(f"\n## {name}: full chip, smgemm.matmul vs {peer}")
-            print(_table(bench_full_chip(shapes, dtype, args.schedules.split(","))))
+            print(table(bench_full_chip(shapes, dtype, args.schedules.split(","))))
             if budgets and name != "fp8":
                 print(f"\n## {name}: SM budget, smgemm.matmul(num_sms=n) vs cuBLASLt with an SM carve-out")
                 budget_rows = bench_budgets(BUDGET_SHAPES, dtype, budgets)
-                print(_table(budget_rows))
+                print(table(budget_rows))
                 if args.plot:
                     print(plot_budgets(budget_rows, args.plot.replace(".png", f"_{name}.png"), name))
     if args.mxfp4:
         print("\n## MXFP4: smgemm.linear(x, quantize_mxfp4(w)) vs torch.matmul in bf16 on the dequantized weight")
-        print(_table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE) + bench_mxfp4(MXFP4_LARGE, both=True)))
+        print(table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE) + bench_mxfp4(MXFP4_LARGE, both=True)))
     if not args.no_overhead:
         print("\n## host overhead of a cached call (16x64x64 bf16, no sync)")
-        print(_table(host_overhead()))
+        print(table(host_overhead()))
     return 0

@@ -1,4 +1,4 @@
-"""`python -m smgemm bench tp`: a tensor-parallel MLP whose all-reduce overlaps the next chunk's GEMMs (issue 7).
+"""`python -m smgemm bench tp`: a tensor-parallel MLP whose all-reduce overlaps the next chunk's GEMMs .
 
 Megatron-style MLP shard on each of `world` ranks: y = all_reduce(silu(x @ W_up_r^T) @ W_down_r^T), with W_up split
 by rows (column-parallel) and W_down by columns (row-parallel). The overlapped version cuts the tokens into
@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .ops import linear
+from ..ops import linear
+from .timing import environment, event_ms, table
 
 
 def tp_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, chunks: int = 1,
@@ -50,7 +51,6 @@ def _free_port() -> int:
 
 def _time_ms(fn, reps: int, cuda: bool) -> float:
     if cuda:
-        from .bench import event_ms
 
         return event_ms(fn, reps, dist.barrier)
     import time
@@ -109,7 +109,7 @@ def _worker(rank: int, world: int, port: int, shape: tuple[int, int, int], varia
         dist.destroy_process_group()
 
 
-def run(world: int, shape: tuple[int, int, int], variants: list[tuple[int, int | None]], reps: int = 10) -> list:
+def run_ranks(world: int, shape: tuple[int, int, int], variants: list[tuple[int, int | None]], reps: int = 10) -> list:
     """Spawn `world` ranks, run every (chunks, num_sms) variant, return rank 0's rows (first variant = baseline)."""
     import torch.multiprocessing as mp
 
@@ -121,11 +121,7 @@ def run(world: int, shape: tuple[int, int, int], variants: list[tuple[int, int |
     return queue.get()
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .bench import _table, environment
-
-    p = argparse.ArgumentParser(prog="python -m smgemm bench tp", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world", type=int, default=2, help="ranks (one GPU each)")
     p.add_argument("--shape", default="8192x8192x28672", help="tokens x hidden x ffn (full, before sharding)")
     p.add_argument("--variants", default="1:all,2:all,2:116,4:all,4:116,4:124,8:116",
@@ -134,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nccl-channels", type=int, default=None,
                    help="cap NCCL's channels (NCCL_MAX_NCHANNELS: one thread block each), e.g. to the SMs the GEMMs "
                         "leave free")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.nccl_channels is not None:
         os.environ["NCCL_MAX_NCHANNELS"] = str(args.nccl_channels)  # read by the spawned ranks' NCCL
         print(f"NCCL_MAX_NCHANNELS={args.nccl_channels}")
@@ -146,6 +144,6 @@ def main(argv: list[str] | None = None) -> int:
         print("No CUDA GPU: gloo ranks on the CPU with the Triton interpreter and a small shape (correctness only).")
         args.shape, args.reps = "64x64x128", 1
     variants = [(int(c), None if n == "all" else int(n)) for c, n in (v.split(":") for v in args.variants.split(","))]
-    rows = run(args.world, tuple(int(v) for v in args.shape.split("x")), variants, args.reps)
-    print(_table(rows))
+    rows = run_ranks(args.world, tuple(int(v) for v in args.shape.split("x")), variants, args.reps)
+    print(table(rows))
     return 0 if all(r["rel err"] < 2e-2 for r in rows) else 1
