@@ -159,8 +159,8 @@ def test_every_launch_path_on_the_second_gpu_while_cuda0_is_current(path):
         for _ in range(3):
             assert torch.equal(call1(), first)
     # torch.cuda.graph without `stream=` captures on one process-wide stream, created on the device current at its
-    # first use: created under cuda:1 it breaks every later capture on cuda:0 (pure torch too, torch 2.11:
-    # scripts/probe_two_gpu_graphs.py). So the capture gets a stream of cuda:1 explicitly.
+    # first use: created under cuda:1 it breaks every later capture on cuda:0 (pure torch too, torch 2.11). So the
+    # capture gets a stream of cuda:1 explicitly.
     side = torch.cuda.Stream(device=1)
     side.wait_stream(torch.cuda.current_stream(1))
     graph = torch.cuda.CUDAGraph()

@@ -1,4 +1,4 @@
-"""The overlap benchmark (issue 7): its plot on any machine, a short run on a GPU."""
+"""The overlap benchmark: its plot on any machine, a short run on a GPU."""
 
 import pytest
 import torch

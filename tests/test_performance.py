@@ -33,7 +33,7 @@ def test_mxfp4_decode_and_large():
 
 
 def test_hopper_path_full_chip_and_sm_budgets():
-    """Issue 4's comparisons, short: full chip vs torch.matmul (bf16, fp8 vs _scaled_mm), budgets vs cuBLASLt."""
+    """The bench's comparisons, short: full chip vs torch.matmul (bf16, fp8 vs _scaled_mm), budgets vs cuBLASLt."""
     import torch
 
     from smgemm.tools.bench import bench_budgets

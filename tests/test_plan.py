@@ -196,7 +196,7 @@ def test_programs_share_l2_bandwidth_in_proportion_to_how_many_run():
 
 
 def test_a_half_empty_grid_of_small_tiles_can_beat_streamk():
-    # Measured on the H200 (docs/performance.md, stop 13): 96 tiles of 128 x 64 on 96 SMs ran 291 TFLOP/s where the
+    # Measured on the H200 (docs/performance.md): 96 tiles of 128 x 64 on 96 SMs ran 291 TFLOP/s where the
     # Stream-K plan over 132 SMs ran 248, and 64 x 8192 x 8192 ran faster on 128 persistent 64 x 64 tiles than split.
     plan = make_plan(128, 6144, 4096, torch.bfloat16, H200)
     assert (plan.schedule, plan.config.block_m, plan.config.block_n, plan.num_programs) == ("persistent", 128, 64, 96)
@@ -234,7 +234,7 @@ def test_streamk_split_over_the_last_two_waves():
 
 
 @pytest.mark.parametrize(("shape", "num_sms", "dtype", "sk_tiles"), [
-    # Measured on the H200 (stop 20, scripts/probe_sk_split.py): many programs a split tile in the partial wave
+    # Measured on the H200 : many programs a split tile in the partial wave
     # (its finisher reads them all at one SM's rate) -> split the last two waves: 1.03-1.11x faster.
     ((3072, 3072, 8192), None, torch.bfloat16, 156),
     ((4096, 4352, 4096), None, torch.bfloat16, 148),
@@ -253,7 +253,7 @@ def test_streamk_waves_as_measured(shape, num_sms, dtype, sk_tiles):
 @pytest.mark.parametrize("shape", [(8192, 8192, 8192), (4096, 4096, 4096), (128, 14336, 4096), (16, 4096, 4096)])
 def test_fp32_without_tf32_takes_fma_tiles(shape):
     # FMA, not tensor cores: at most 128 x 128 through pointers, 32-element K steps from 64 x 64 up (the H200: 22
-    # TFLOP/s at 4096^3 where the tensor-core plan's 128 x 256 TMA tile ran 0.5, stop 20).
+    # TFLOP/s at 4096^3 where the tensor-core plan's 128 x 256 TMA tile ran 0.5).
     ieee = make_plan(*shape, torch.float32, H200)
     cfg = ieee.config
     assert ieee.input_precision == "ieee" and cfg.block_m * cfg.block_n <= 128 * 128 and not cfg.tma

@@ -222,7 +222,7 @@ def gemm_mxfp4(
 # with 128 x 512 blocks and 8 warps (3.1 TB/s of bytes moved on the H200, device copy 4.0; 64 x 256 with 4 warps
 # gave 2.2). On the whole chip: one program per 32 x 512 block with 4 warps, many resident per SM (a streaming
 # kernel wants warps in flight): 4096 x 4096 15.8 -> 13.0 us, 14336 x 4096 47.6 -> 42.7 (docs/performance.md,
-# stop 16; scripts/sweep_expand.py).
+# benchmarks/sweep_expand.py).
 _EXPAND = {"block_r": 128, "block_k": 512, "warps": 8}
 _EXPAND_CHIP = {"block_r": 32, "block_k": 512, "warps": 4, "per_sm": 0}
 

@@ -82,15 +82,15 @@ _REFERENCE_INTENSITY = 128 * 256 / (128 + 256)
 _SMEM_RESERVE = 16 * 1024  # bytes kept free for the epilogue's layout conversions and barriers
 _SK_MIN_ITERS = 2  # fewest K-iterations per Stream-K program; thinner splits run data-parallel
 # Stream-K fixup cost in reference-tile iterations (~0.85 us each on the H200), fitted to 66 measured shapes and
-# budgets (scripts/sweep_streamk.py, docs/performance.md): a fixed part (the flag round trip, the workspace
+# budgets (benchmarks/sweep_streamk.py, docs/performance.md): a fixed part (the flag round trip, the workspace
 # traffic's latency) plus, per program sharing a split tile, a part proportional to the partial tile's bytes.
-_SK_FIXUP_BASE = 4.0  # 3.0 until stop 13: 128 x 4096 x 8192 then split where 64 x 64 persistent tiles ran 9% faster
+_SK_FIXUP_BASE = 4.0  # with 3.0, 128 x 4096 x 8192 split where 64 x 64 persistent tiles ran 9% faster
 _SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
 _SK_MARGIN = 0.97
 # A split iteration of a Hopper-path tile costs this many whole-tile ones where the split ranges drift across tiles
 # (the grid not aligned to the split tiles): on the H200, bf16 3072^2 x 8192's 23 split iterations a program took
-# ~21 us against ~16 at the whole waves' rate (scripts/probe_sk_waves.py, stop 20). Fitted to 23 splits of the last
-# wave timed against splits of the last two (scripts/probe_sk_split.py; 1.10-1.18 fit, 1.14 picks the faster plan
+# ~21 us against ~16 at the whole waves' rate (a split partial wave timed against whole waves). Fitted to 23 splits of the last
+# wave timed against splits of the last two (1.10-1.18 fit, 1.14 picks the faster plan
 # in the most). Not charged to pointer-path tiles: there it moved 8 plans to persistent tiles, 1-15% slower.
 _SK_DRIFT = 1.14
 # Fewest programs, as a fraction of the budget, that an aligned Stream-K grid may use (`_aligned_programs`): the
@@ -102,29 +102,29 @@ _HBM_BYTES_PER_ITER = 3.4e6  # device-memory bytes the chip streams in one refer
 # (`_SM_OWN_BYTES_PER_ITER`).
 _SM_BYTES_PER_ITER = 25.6e3
 _STREAMING_MAX_M = 64  # up to here B is streamed: longer K steps (block_k)
-_WIDE_K_MAX_M = 32  # up to here K steps of 512-byte rows (16 until stop 19; see choose_config)
-_ONE_ROW_MAX_M = _STREAMING_MAX_M  # up to here one row of tiles covers M (none until stop 19; see choose_config)
+_WIDE_K_MAX_M = 32  # up to here K steps of 512-byte rows (see choose_config)
+_ONE_ROW_MAX_M = _STREAMING_MAX_M  # up to here one row of tiles covers M (see choose_config)
 # Operand bytes one SM loads by itself in a reference iteration, ~68 GB/s: persistent 64 x 64, 128 x 64 and 64 x 128
-# tiles on 32-128 SMs of the H200 ran at 63-75 GB/s per SM (docs/performance.md, stop 13). With every SM busy,
+# tiles on 32-128 SMs of the H200 ran at 63-75 GB/s per SM (docs/performance.md). With every SM busy,
 # the shared L2 bandwidth (the `efficiency` term) binds first.
 _SM_OWN_BYTES_PER_ITER = 68e9 * 0.85e-6
 # Tiles at least this large take the Hopper path (TMA loads and store, flattened loop): on the H200 it lifted
 # 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster
-# (docs/performance.md, issue 4). Measured, not modelled.
+# (benchmarks/sweep_hopper.py). Measured, not modelled.
 _HOPPER_PATH_MIN_TILE = 128 * 128
 # On the Hopper path a 128 x 128 tile runs at ~0.9 of the 128 x 256 tile's rate, not the 0.75 its arithmetic
 # intensity alone predicts (1024x6144x4096 on the H200: 629 TFLOP/s in 2.9 waves against 700): efficiency**0.35.
 _HOPPER_EFFICIENCY_EXPONENT = 0.35
 # Skinny GEMMs (64 < M <= 128, one or two rows of tiles): 64 x 128 / 128 x 64 pointer tiles with 256-byte K steps
 # and Stream-K ran 0.77-0.89x of cuBLAS where 128 x 128 tiles (TMA or not) ran 0.63-0.82x and Stream-K over
-# 128 x 256 tiles 0.48-0.63x (scripts/sweep_configs.py on 128 x {4096..10240} x {4096, 8192}, docs/performance.md).
+# 128 x 256 tiles 0.48-0.63x (benchmarks/sweep_configs.py on 128 x {4096..10240} x {4096, 8192}, docs/performance.md).
 # There 128 x 128 tiles are not candidates, smaller tiles take 256-byte K steps, and 128 x 256 tiles (still the
 # best when N gives (nearly) a full wave of them: 0.96-0.98x at N = 28672, 57344) run persistent, and only then.
 _SKINNY_MAX_M = 128
 # Few-tile Stream-K over a grid aligned to the tiles: each program streams one contiguous part of one tile's K-loop
 # with nothing else to overlap, and 64 x 128 pointer tiles with 128-byte K steps ran faster with 6 pipeline stages
 # than with 4: bf16 0-14% on 11 of 12 shapes and budgets (1% slower on the 12th), fp8 2-22% on 5 of 6 (2% slower
-# on the 6th), and as fast as 128 x 64 tiles or faster (docs/performance.md, stop 15). The model charges their
+# on the 6th), and as fast as 128 x 64 tiles or faster (docs/performance.md). The model charges their
 # iterations _DEEP_FACTOR: with it, it picks the faster of 64 x 128 and 128 x 128 in all 12 bf16 cases, and in the
 # fp8 ones 14-35% faster plans than before or the same. (Applied to split grids that are not aligned, it would pick
 # 64 x 128 at bf16 384x1024x16384 and 640x640x16384, where it measured 15-19% slower: the model under-rates what
@@ -132,13 +132,13 @@ _SKINNY_MAX_M = 128
 _DEEP_STAGES = 6
 _DEEP_FACTOR = 0.85
 # fp32 without TF32 runs on FMA instructions (Triton's `tl.dot(..., input_precision="ieee")`), not tensor cores. On
-# the H200 (stop 20, scripts/sweep_configs.py --dtype fp32) the tensor-core plans' 128 x 256 TMA tiles ran at 0.5
+# the H200 (benchmarks/sweep_configs.py --dtype fp32) the tensor-core plans' 128 x 256 TMA tiles ran at 0.5
 # TFLOP/s (4096^3; torch 50), 128 x 128 x 32 pointer tiles with 8 warps at 22 (0.44x of torch, the best of nine
 # tilings at 4096^3 and 128 x 14336 x 4096), 64 x 64 at 11: tiles are capped at 128 x 128, through pointers.
 _FMA_MAX_TILE = 128 * 128
 # Persistent 16-bit 4-warp tiles (128 x 64, 64 x 128, 64 x 64) take K steps of at least this many bytes at every M,
 # as the skinny and streaming rules already give them below M = 128: 1024^3 ran 9.7 -> 8.7 us (-10%) and 9.9 -> 9.0
-# in two runs on the H200 (docs/performance.md, stop 17). Stream-K keeps 128-byte steps, which its deeper few-tile
+# in two runs on the H200 (docs/performance.md). Stream-K keeps 128-byte steps, which its deeper few-tile
 # pipeline (_deep_streamk) was measured with.
 _LONG_STEP_BYTES = 256
 
@@ -356,7 +356,7 @@ def choose_config(
 
     Up to _ONE_ROW_MAX_M rows (B streamed) the tile covers every row of A (`one_row`), where such a tile fits:
     thinner tiles would stream B once per row of tiles. On the H200, M = 48 and 64 x 4096 x 4096 ran 20.7 us on
-    the 32 x 64 tiles the model preferred and 14.3 on 64 x 64 ones (stop 19).
+    the 32 x 64 tiles the model preferred and 14.3 on 64 x 64 ones.
 
     `fma`: fp32 operands multiplied in full precision (no TF32), which Triton computes with FMA instructions, not
     tensor cores: tiles of at most 128 x 128, through pointers (`_FMA_MAX_TILE`)."""
@@ -375,11 +375,11 @@ def choose_config(
             continue  # skinny: 128 x 256 tiles only where they (nearly) fill a wave
         # 512-byte K steps up to M = 32 (16-row tiles had them before): 32-row tiles with 256-byte steps streamed B
         # at ~39 GB/s per SM; with 512-byte ones bf16 / fp16 ran 1.05-1.44x faster at M = 24 and 32 on 32-132 SMs,
-        # fp8 1.02-1.08x (the H200, stop 19, scripts/probe_row_rules.py)
+        # fp8 1.02-1.08x (the H200, benchmarks/sweep_configs.py)
         block_k = 128 // elem * (4 if m <= _WIDE_K_MAX_M else 2 if m <= _STREAMING_MAX_M or (skinny and not largest)
                                  else 1)
         if fma and bm * bn >= 64 * 64:
-            block_k = 32  # 128-byte rows on FMA: 128 x 128 x 16 ran 11% slower (stop 20)
+            block_k = 32  # 128-byte rows on FMA: 128 x 128 x 16 ran 11% slower
         block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
         stage_bytes = (bm + bn) * block_k * elem
         fit = (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes
@@ -411,19 +411,19 @@ def choose_config(
 
 def mx_config(m: int, n: int, k: int) -> TileConfig | None:
     """The tile configuration of an MXFP4 GEMM (an [N, K] MXFP4 weight; bf16, fp16 or MXFP4 activations), or None
-    for the dense model's choice. Measured rules, not modelled (scripts/sweep_mxfp4.py on the H200,
+    for the dense model's choice. Measured rules, not modelled (benchmarks/sweep_mxfp4.py on the H200,
     docs/performance.md):
 
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
     * 16 < M <= 32: 32 x 64 tiles with 256-element K steps, 4 warps and 4 stages (mma.sync, as at decode), which
       Stream-K splits: 1.23-1.29x faster than the 64-row tiles below at M = 17-32 (0.92-1.06x of bf16 against
-      0.73-0.84x, stop 19); 32 x 128 tiles with 8 warps were 3-7% faster at N >= 8192 and 8% slower at 4096;
+      0.73-0.84x); 32 x 128 tiles with 8 warps were 3-7% faster at N >= 8192 and 8% slower at 4096;
     * 32 < M <= 64: 64 x 64 tiles with 256-element K steps and 4 warps, computed as (W @ A^T)^T (`mx_swap`: the
       expanded weight tile is the wgmma's register operand, no trip through shared memory), which Stream-K splits:
-      0.75-0.80x of bf16 at M = 64, where 64 x 128 tiles unswapped gave 0.68-0.75x in the same run (stop 16) and
-      the dense model's tiles 0.52-0.78x (stop 13); 64-row tiles as two or four mma.sync dots on one expanded weight
-      tile were 1-19% slower, 32-row tiles (two per weight tile, each expanding it) 22-44% slower (stop 19);
+      0.75-0.80x of bf16 at M = 64, where 64 x 128 tiles unswapped gave 0.68-0.75x in the same run and
+      the dense model's tiles 0.52-0.78x; 64-row tiles as two or four mma.sync dots on one expanded weight
+      tile were 1-19% slower, 32-row tiles (two per weight tile, each expanding it) 22-44% slower;
     * M >= 256 and N >= 128: 256 x 128 tiles (128 weight rows: half the expansion per multiply-add of 128 x 256),
       computed as (W @ A^T)^T (`mx_swap`; the wgmma is then m64n256k16), with the next K step's weight tile expanded
       while this step's dot runs (`mx_prefetch`), A read through pointers: 0.63-0.68x of bf16 cuBLAS, where
@@ -442,7 +442,7 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
 
 
 # From this M on (and this N too when the activations are MXFP4) an MXFP4 GEMM expands its MXFP4 operands to bf16 in a
-# pass of their own and runs the dense Hopper path (`mx_expands`). Measured on the H200 (docs/performance.md, stop 13):
+# pass of their own and runs the dense Hopper path (`mx_expands`). Measured on the H200 (docs/performance.md):
 # two passes against the fused kernel, weight-only, 4096 x 4096 weight: M = 256 43 vs 44 us, 512 46 vs 59, 2048 104
 # vs 146; 14336 x 4096 weight: M = 256 112 vs 74, 1024 225 vs 260. Both operands MXFP4: 4096^3 211 vs 462 us.
 _MX_EXPAND_MIN = 512
@@ -479,10 +479,9 @@ def make_mx_plan(
     * 16 < M <= 64: Stream-K over mx_config's 32 x 64 / 64 x 64 tiles (the configurations were measured split);
     * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per
       tile. The decode tile's shared memory lets two programs share an SM, so up to 2 x SMs tiles run at once with
-      no Stream-K fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan (docs/performance.md,
-      stop 13). With fewer 16 x 64 tiles than SMs but a short K loop (K <= _MX_DECODE_SHORT_K) and 16 x 32 tiles
+      no Stream-K fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan. With fewer 16 x 64 tiles than SMs but a short K loop (K <= _MX_DECODE_SHORT_K) and 16 x 32 tiles
       for >= 90% of the SMs, data-parallel over those narrower tiles: 16 x 4096 x 4096 13.1 -> 11.4 us, 16 x 6144 x
-      4096 17.1 -> 15.8 (stop 16); with longer K loops (5120 and up) Stream-K's split stays faster. Otherwise
+      4096 17.1 -> 15.8; with longer K loops (5120 and up) Stream-K's split stays faster. Otherwise
       Stream-K splits the tiles; with a budget (even one of every SM) the grid stays within it, as for every GEMM.
     """
     if config is None:

@@ -75,7 +75,7 @@ def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
 # bits to bf16 bits 8..6 and its sign to bit 15, and the mask keeps them: the e2m1 value times 2^-126 (the same trick
 # as `e2m1_values`, subnormal for the codes 0 and 0.5). Multiplying by 2^126 and by the scale (bf16 multiplies keep
 # subnormals, and every product is exact or overflows to inf) gives the value. 23 instructions per 8 values (the
-# shift-and-mask form before stop 16 took 26; the fp32 route about 10 per value).
+# shift-and-mask form takes 26; the fp32 route about 10 per value).
 def _e2m1x8_to_bf16_asm() -> str:
     pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; mul.rn.bf16x2 t, t, c; " \
            "mul.rn.bf16x2 ${out}, t, ${scale};"
@@ -262,7 +262,7 @@ def k_loop_mx(
     (odd k) each make a [rows, BLOCK_K / 2] operand, multiplied with A's even and odd columns by two dots.
     MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end, the
     weight tile being the dot's left operand. Measured faster with 256 x 128 tiles; Triton 3.6 still stages the
-    expanded tile through shared memory (an SS wgmma, m64n256k16: scripts/compile_report.py --ptx).
+    expanded tile through shared memory (an SS wgmma, m64n256k16: benchmarks/compile_report.py --ptx).
     MX_PREFETCH (not with MX_SPLIT) expands the next step's weight tile after issuing this step's dot, so that the
     expansion can run while the tensor cores work.
     """

@@ -11,8 +11,8 @@ import triton.language as tl
 
 from .common import epilogue, k_loop, smid, tile_coords
 
-# Partial tiles a Stream-K finisher loads at once. 4 until stop 20, when the finisher began to keep its own partial
-# in registers: 1 and 4 ran equally fast on the H200 (bf16 3072^2 x 8192, scripts/probe_sk_waves.py), and 2 keeps
+# Partial tiles a Stream-K finisher loads at once. With the finisher's own partial kept in registers, 1 and 4 ran
+# equally fast on the H200 (bf16 3072^2 x 8192), and 2 keeps
 # the 128 x 256 tile's kernel within 255 registers.
 _FIXUP_UNROLL: tl.constexpr = tl.constexpr(2)
 

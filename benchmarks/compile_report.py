@@ -1,0 +1,154 @@
+"""Compile gemm_kernel for sm_90 on any machine (no GPU needed) and print ptxas's resource report.
+
+    python benchmarks/compile_report.py                              # bf16 128x256x64, 8 warps, 3 stages
+    python benchmarks/compile_report.py --tile 16,32,128 --warps 4 --stages 4 --b-mx --streamk
+    python benchmarks/compile_report.py --tma --tma-store --flatten --dtype fp8e4nv --tile 128,256,128 --layout nn
+
+Shared memory, registers and spills per variant, as Triton would build it at a real launch: pointers 16-byte
+aligned, A row-major and B a transposed nn.Linear weight unless --layout says otherwise (unit strides
+specialised), other strides divisible by 16 (without those attributes Triton's pipeliner stays off and the
+numbers mean nothing). --tma / --tma-store / --flatten: the Hopper path. --mx-swap / --mx-split / --mx-prefetch:
+the MXFP4 k-loop's variants. Add --ptx or --ttgir to dump the code, --sass for the instruction mix of the innermost
+loop that holds the MMAs (the K loop): per-thread instructions per K step, by opcode.
+
+    python benchmarks/compile_report.py --tile 16,64,512 --warps 4 --stages 4 --b-mx --sass   # MXFP4 decode
+"""
+
+import argparse
+import collections
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+import triton.backends.nvidia as nvidia
+from triton.backends.compiler import GPUTarget
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+from smgemm._launch import fixup_columns
+from smgemm.kernels.gemm import gemm_kernel
+from smgemm.plan import TileConfig
+
+_POINTERS = {"d_ptr": "*bf16", "c_ptr": "*fp32", "sa_ptr": "*fp32", "sb_ptr": "*fp32", "mxa_ptr": "*u8",
+             "mxb_ptr": "*u8", "ws_ptr": "*fp32", "smid_ptr": "*i32"}
+_DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stride_mxa", "stride_mxb", "K", "N")
+
+
+def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
+                    a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
+                    mx_split=False, mx_swap=False, mx_prefetch=False):
+    names = inspect.signature(gemm_kernel.fn).parameters
+    # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
+    unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
+            "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1}
+    consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=True, HAS_C=has_c,
+                  HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=False,
+                  STREAMK=streamk, FIXUP_N=fixup_columns(TileConfig(*tile, num_warps=warps)), FLAG_LANES=32 * warps,
+                  RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
+                  A_DESC=0 if a_mx or not tma else 1 if layout[0] == "n" else 2,
+                  B_DESC=0 if b_mx or not tma else 1 if layout[1] == "n" else 2, FLATTEN=flatten,
+                  D_DESC=tma_store, MX_SPLIT=mx_split, MX_SWAP=mx_swap,
+                  MX_PREFETCH=mx_prefetch and not mx_split, **unit)
+    signature = {}
+    for name in names:
+        if name in consts:
+            signature[name] = "constexpr"
+        elif name == "a_ptr":
+            signature[name] = "*u8" if a_mx else f"*{dtype}"
+        elif name == "b_ptr":
+            signature[name] = "*u8" if b_mx else f"*{dtype}"
+        elif name.endswith("_ptr"):
+            signature[name] = _POINTERS[name]
+        elif name in ("alpha", "beta"):
+            signature[name] = "fp32"
+        elif name == "epoch":
+            signature[name] = "i64"
+        else:
+            signature[name] = "i32"
+    order = list(names)
+    attrs = {(order.index(n),): [["tt.divisibility", 16]] for n in order
+             if (n.endswith("_ptr") or n in _DIV16) and n not in consts}
+    src = triton.compiler.ASTSource(fn=gemm_kernel, signature=signature, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+
+
+def _ptxas(kernel) -> tuple[str, str]:
+    """ptxas's -v report and the SASS (cuobjdump) of the kernel, assembled for sm_90a."""
+    tools = os.path.join(os.path.dirname(nvidia.__file__), "bin")
+    with tempfile.TemporaryDirectory() as tmp:
+        path, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(path, "w") as f:
+            f.write(kernel.asm["ptx"])
+        res = subprocess.run([os.path.join(tools, "ptxas"), "-arch=sm_90a", "-v", path, "-o", cubin],
+                             capture_output=True, text=True, check=False)
+        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin], capture_output=True, text=True,
+                              check=False).stdout
+    return res.stderr, sass
+
+
+def ptxas_report(kernel) -> str:
+    return "; ".join(line.split(":", 1)[-1].strip() for line in _ptxas(kernel)[0].splitlines()
+                     if "registers" in line or "spill" in line)
+
+
+def k_loop_mix(sass: str) -> tuple[int, collections.Counter]:
+    """Instructions of the smallest loop (a backward branch) that holds MMAs, and their opcodes."""
+    code = [(int(m.group(1), 16), m.group(2)) for m in
+            re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[0-9T]+\s+)?([A-Z][A-Z0-9_.]*)[^\n]*", sass)]
+    best = None
+    for addr, op in code:
+        if op.startswith("BRA"):
+            target = re.search(rf"/\*{addr:04x}\*/[^\n]*BRA\s+0x([0-9a-f]+)", sass)
+            lo = int(target.group(1), 16) if target else addr
+            body = [o for a, o in code if lo <= a <= addr]
+            if lo < addr and any("MMA" in o for o in body) and (best is None or len(body) < len(best)):
+                best = body
+    best = best or []
+    return len(best), collections.Counter(o.split(".")[0] for o in best)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32 or fp8e4nv")
+    p.add_argument("--tile", default="128,256,64", help="BLOCK_M,BLOCK_N,BLOCK_K")
+    p.add_argument("--warps", type=int, default=8)
+    p.add_argument("--stages", type=int, default=3)
+    p.add_argument("--streamk", action="store_true")
+    p.add_argument("--has-c", action="store_true")
+    p.add_argument("--a-mx", action="store_true")
+    p.add_argument("--b-mx", action="store_true")
+    p.add_argument("--tma", action="store_true", help="A and (a transposed) B through device-built tensor descriptors")
+    p.add_argument("--flatten", action="store_true")
+    p.add_argument("--tma-store", action="store_true", help="store D through a tensor descriptor")
+    p.add_argument("--layout", default="nt", help="A then B: n as stored, t transposed (nt: an nn.Linear weight)")
+    p.add_argument("--mx-split", action="store_true")
+    p.add_argument("--mx-swap", action="store_true")
+    p.add_argument("--mx-prefetch", action="store_true")
+    p.add_argument("--ptx", action="store_true", help="print the PTX")
+    p.add_argument("--sass", action="store_true", help="the K loop's instruction mix (per thread, per K step)")
+    p.add_argument("--ttgir", action="store_true", help="print the TTGIR")
+    args = p.parse_args()
+    tile = tuple(int(x) for x in args.tile.split(","))
+    kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
+                             a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
+                             tma_store=args.tma_store, layout=args.layout, mx_split=args.mx_split,
+                             mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch)
+    if args.ptx:
+        print(kernel.asm["ptx"])
+    if args.ttgir:
+        print(kernel.asm["ttgir"])
+    print(f"{args.dtype} {tile} w{args.warps} s{args.stages} streamk={args.streamk} mx=({args.a_mx},{args.b_mx}): "
+          f"{args.layout} tma={args.tma} flatten={args.flatten} store={args.tma_store}: "
+          f"shared {kernel.metadata.shared} B; "
+          f"warps {kernel.metadata.num_warps}; {ptxas_report(kernel)}")
+    if args.sass:
+        count, ops = k_loop_mix(_ptxas(kernel)[1])
+        print(f"K loop: {count} instructions per thread per K step: "
+              + ", ".join(f"{op} {n}" for op, n in ops.most_common(12)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Time chosen tile configurations against the planner's choice and torch on a few shapes (GPU): the measurements
+behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [pers|sk|dp] [noalign]" (BK in
+elements; tma = TMA loads + TMA store + flattened loop; default schedule pers; noalign = Stream-K split evenly over
+the whole budget, not over a grid aligned to the tiles; MXFP4 GEMMs also take "split"
+(nibbles not interleaved) and "swap" (W @ A^T), see benchmarks/sweep_mxfp4.py).
+
+    PYTHONPATH=src python benchmarks/sweep_configs.py --shapes 128x8192x8192 \\
+        --variants "128x128x64 w8 s4 sk;128x128x64 w8 s4 tma sk"
+"""
+
+import argparse
+import contextlib
+import dataclasses
+
+import torch
+
+import smgemm._gemm
+import smgemm._launch
+import smgemm.plan
+from smgemm._device import device_spec
+from smgemm._gemm import gemm
+from smgemm.plan import DTYPES, TileConfig, make_plan
+from smgemm.tools.bench import _operands, describe
+from smgemm.tools.timing import copies_for, table, time_rotating
+
+SCHEDULES = {"pers": "persistent", "sk": "streamk", "dp": "data_parallel"}
+
+
+def parse_variant(text: str) -> tuple[TileConfig, str]:
+    words = text.split()
+    bm, bn, bk = (int(v) for v in words[0].split("x"))
+    opts = {w[0]: int(w[1:]) for w in words[1:] if w[0] in "ws" and w[1:].isdigit()}
+    tma, store = "tma" in words or "tmaload" in words, "tma" in words
+    schedule = next((SCHEDULES[w] for w in words if w in SCHEDULES), "persistent")
+    cfg = TileConfig(bm, bn, bk, num_warps=opts.get("w", 4), num_stages=opts.get("s", 3), tma=tma, tma_store=store,
+                     flatten=store, mx_split="split" in words, mx_swap="swap" in words,
+                     mx_prefetch="prefetch" in words)
+    return cfg, schedule
+
+
+@contextlib.contextmanager
+def patched(module, **attrs):
+    """Experiments: set `module`'s attributes (planner constants, the kernel, ...) while the block runs, then put
+    them back. The planner's cache and smgemm's repeat-call and launcher caches are emptied on the way in and out, so
+    that plans and launches made inside reflect the change and none outlive it."""
+    def forget():
+        smgemm.plan.make_plan.cache_clear()
+        smgemm._gemm._SEEN_CALLS.clear()
+        smgemm._launch.LAUNCHERS.clear()
+
+    saved = {name: getattr(module, name) for name in attrs}
+    for name, value in attrs.items():
+        setattr(module, name, value)
+    forget()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
+        forget()
+
+
+def unaligned_streamk():
+    """Plans made inside split Stream-K tiles evenly over the whole budget, never over a grid aligned to the tiles
+    (plan._aligned_programs): the variant word "noalign"."""
+    return patched(smgemm.plan, _SK_ALIGN_FILL=float("inf"))
+
+
+def fixed_plan(plan):
+    """smgemm.gemm runs `plan` whatever it is asked (a tile and schedule alone leave the rest to the model)."""
+    return patched(smgemm._gemm, make_plan=lambda *args, **kwargs: plan)
+
+
+def plan_for_programs_per_sm(times: int):
+    """Experiment: make smgemm plan for a device with `times` its SMs (several programs per SM; Stream-K then relies
+    on them being resident together). Returns the spec it now plans with."""
+    spec = device_spec(torch.device("cuda"))
+    spec = dataclasses.replace(spec, num_sms=spec.num_sms * times)
+    smgemm._gemm.device_spec = lambda device: spec
+    return spec
+
+
+def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms: float) -> list[dict]:
+    """One row for the planner's plan (label `planned`) and one per variant: `run(kw)` calls the GEMM with the
+    keyword arguments `kw` ({} for the planner, else config and schedule) and returns (rel err, ms per call)."""
+    rows = []
+    for name in [planned, *(v for v in variants.split(";") if v.strip())]:
+        row = {"shape": shape, "variant": name.strip()}
+        try:
+            if name is planned:
+                kw = {}
+            else:
+                cfg, sched = parse_variant(name)
+                kw = {"config": cfg, "schedule": sched}
+            with unaligned_streamk() if "noalign" in name.split() else contextlib.nullcontext():
+                err, t = run(kw)
+            row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,
+                        "err": f"{err:.1e}"})
+        except Exception as e:  # a variant that does not compile or apply is a result too
+            row.update({"us": 0.0, "TFLOP/s": 0.0, "vs torch": 0.0, "err": f"{type(e).__name__}: {str(e)[:60]}"})
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def report(rows: list[dict]) -> None:
+    """All rows, then the fastest per shape."""
+    best = {}
+    for row in rows:
+        if row["TFLOP/s"] > best.get(row["shape"], {"TFLOP/s": -1.0})["TFLOP/s"]:
+            best[row["shape"]] = row
+    print(table(rows))
+    print("\nbest per shape:")
+    print(table(list(best.values())))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--num-sms", type=int, default=None)
+    p.add_argument("--shapes", required=True, help="comma list of MxNxK")
+    p.add_argument("--variants", required=True, help="semicolon list of variants (see above)")
+    args = p.parse_args()
+    dtype = DTYPES[args.dtype]
+    spec = device_spec(torch.device("cuda"))
+    rows = []
+    for shape in args.shapes.split(","):
+        m, n, k = (int(v) for v in shape.split("x"))
+        sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype))  # rotated: neither side runs from L2
+        a, b = sets[0]
+        ref = a.float() @ b.float()
+        t_torch = time_rotating(torch.matmul, sets) if dtype != DTYPES["fp8"] else 0
+
+        def run(kw, a=a, b=b, ref=ref, sets=sets):
+            fn = lambda x, y: gemm(x, y, num_sms=args.num_sms, **kw)
+            return ((fn(a, b).float() - ref).norm() / ref.norm()).item(), time_rotating(fn, sets)
+
+        planned = describe(make_plan(m, n, k, dtype, spec, num_sms=args.num_sms)) + " (planner)"
+        rows += sweep_shape(shape, 2 * m * n * k, planned, args.variants, run, t_torch)
+    report(rows)
+
+if __name__ == "__main__":
+    main()
