@@ -87,10 +87,11 @@ _SK_MIN_ITERS = 2  # fewest K-iterations per Stream-K program; thinner splits ru
 _SK_FIXUP_BASE = 4.0  # with 3.0, 128 x 4096 x 8192 split where 64 x 64 persistent tiles ran 9% faster
 _SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
 _SK_MARGIN = 0.97
-# A split iteration of a Hopper-path tile costs this many whole-tile ones where the split ranges drift across tiles
-# (the grid not aligned to the split tiles): on the H200, bf16 3072^2 x 8192's 23 split iterations a program took
-# ~21 us against ~16 at the whole waves' rate. Fitted to 23 splits of the last wave timed against splits of the last
-# two (1.10-1.18 fit, 1.14 picks the faster plan in the most). Not charged to pointer-path tiles: there it moved 8 plans to persistent tiles, 1-15% slower.
+# A split iteration of a Hopper-path tile costs this many whole-tile ones where the split ranges drift across tiles (the
+# grid not aligned to the split tiles): on the H200, bf16 3072^2 x 8192's 23 split iterations a program took ~21 us
+# against ~16 at the whole waves' rate. Fitted to 23 splits of the last wave timed against splits of the last two
+# (1.10-1.18 fit, 1.14 picks the faster plan in the most). Not charged to pointer-path tiles: there it moved 8 plans to
+# persistent tiles, 1-15% slower.
 _SK_DRIFT = 1.14
 # Fewest programs, as a fraction of the budget, that an aligned Stream-K grid may use (`_aligned_programs`): the
 # split that drifts across tiles measured 11-20% slower on 16-64 tiles, so giving up 10% of the SMs still pays.
@@ -476,12 +477,13 @@ def make_mx_plan(
     is given, and two more measured rules for `auto`:
 
     * 16 < M <= 64: Stream-K over mx_config's 32 x 64 / 64 x 64 tiles (the configurations were measured split);
-    * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per
-      tile. The decode tile's shared memory lets two programs share an SM, so up to 2 x SMs tiles run at once with
-      no Stream-K fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan. With fewer
-      16 x 64 tiles than SMs but a short K loop (K <= _MX_DECODE_SHORT_K) and 16 x 32 tiles for >= 90% of the SMs, data-parallel over those narrower tiles: 16 x 4096 x 4096 13.1 -> 11.4 us, 16 x 6144 x
-      4096 17.1 -> 15.8; with longer K loops (5120 and up) Stream-K's split stays faster. Otherwise
-      Stream-K splits the tiles; with a budget (even one of every SM) the grid stays within it, as for every GEMM.
+    * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per tile. The
+      decode tile's shared memory lets two programs share an SM, so up to 2 x SMs tiles run at once with no Stream-K
+      fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan. With fewer 16 x 64 tiles than SMs
+      but a short K loop (K <= _MX_DECODE_SHORT_K) and 16 x 32 tiles for >= 90% of the SMs, data-parallel over those
+      narrower tiles: 16 x 4096 x 4096 13.1 -> 11.4 us, 16 x 6144 x 4096 17.1 -> 15.8; with longer K loops (5120 and up)
+      Stream-K's split stays faster. Otherwise Stream-K splits the tiles; with a budget (even one of every SM) the grid
+      stays within it, as for every GEMM.
     """
     if config is None:
         config = mx_config(m, n, k)
