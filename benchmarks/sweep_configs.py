@@ -63,12 +63,12 @@ def patched(module, **attrs):
 def unaligned_streamk():
     """Plans made inside split Stream-K tiles evenly over the whole budget, never over a grid aligned to the tiles
     (plan._aligned_programs): the variant word "noalign"."""
-    return patched(smgemm.plan, _SK_ALIGN_FILL=float("inf"))
+    return smgemm.overrides(rates=dataclasses.replace(smgemm.Rates(), sk_align_fill=float("inf")))
 
 
 def fixed_plan(plan):
     """smgemm.gemm runs `plan` whatever it is asked (a tile and schedule alone leave the rest to the model)."""
-    return patched(smgemm._gemm, make_plan=lambda *args, **kwargs: plan)
+    return patched(smgemm._gemm, decide=lambda *args, **kwargs: plan)
 
 
 def plan_for_programs_per_sm(times: int):

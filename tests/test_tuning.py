@@ -123,3 +123,55 @@ def test_malformed_entries_are_refused_at_load(tmp_path, change, match):
     with pytest.raises(ValueError, match=f"{path}: entry 0 is malformed: missing k"):
         smgemm.use_tuning(str(path))
     assert tuning.lookup(device_spec(torch.device("cpu")), 1, 1, 1, torch.bfloat16, 1) is None
+
+
+def test_overrides_force_config_schedule_and_rates(monkeypatch, device):
+    plans = _plans(monkeypatch)
+    a = randn((96, 64), torch.float16, device)
+    b = randn((80, 64), torch.float16, device).t()
+    spec = device_spec(torch.device(device))
+    forced = TileConfig(32, 64, 32, num_warps=4, num_stages=2)
+    smgemm.matmul(a, b, num_sms=4)
+    planned = plans[-1]
+    with smgemm.overrides(config=forced):
+        assert_gemm_close(smgemm.matmul(a, b, num_sms=4), a, b)
+        assert plans[-1].config == forced
+        with smgemm.overrides(schedule="streamk"):  # nested: both hold
+            assert_gemm_close(smgemm.matmul(a, b, num_sms=4), a, b)
+            assert plans[-1].config == forced and plans[-1].schedule == "streamk"
+        smgemm.matmul(a, b, num_sms=4)
+        assert plans[-1].config == forced and plans[-1].schedule == "persistent"
+    smgemm.matmul(a, b, num_sms=4)  # the same signature as inside: planned afresh, not remembered from the block
+    assert plans[-1] == planned
+    # Rates: a Stream-K margin no split can meet keeps every auto plan persistent
+    x, y = randn((32, 4096), torch.float16, device), randn((4096, 64), torch.float16, device)
+    assert make_plan(32, 64, 4096, torch.float16, spec, num_sms=8).schedule == "streamk"
+    smgemm.matmul(x, y, num_sms=8)
+    assert plans[-1].schedule == "streamk"
+    with smgemm.overrides(rates=smgemm.Rates(sk_margin=1e-9)):
+        assert_gemm_close(smgemm.matmul(x, y, num_sms=8), x, y)
+        assert plans[-1].schedule == "persistent"
+
+
+def test_overrides_beat_tuning_files(tmp_path, monkeypatch, device):
+    spec = device_spec(torch.device(device))
+    entry = {"device": spec.name, "m": 48, "n": 64, "k": 128, "dtype": "fp16", "num_sms": 3, "schedule": "persistent",
+             "config": {"block_m": 16, "block_n": 64, "block_k": 64, "num_warps": 4, "num_stages": 2}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"format": tuning.FORMAT_VERSION, "entries": [entry]}))
+    smgemm.use_tuning(str(path))
+    plans = _plans(monkeypatch)
+    a, b = randn((48, 128), torch.float16, device), randn((128, 64), torch.float16, device)
+    smgemm.matmul(a, b, num_sms=3)
+    assert plans[-1].config.block_k == 64
+    forced = TileConfig(16, 32, 32, num_warps=4, num_stages=3)
+    with smgemm.overrides(config=forced):
+        smgemm.matmul(a, b, num_sms=3)
+    assert plans[-1].config == forced
+
+
+def test_overrides_check_their_arguments():
+    with pytest.raises(ValueError, match="schedule must be one of"), smgemm.overrides(schedule="fast"):
+        pass
+    with pytest.raises(TypeError, match="config must be a TileConfig"), smgemm.overrides(config=(16, 16, 16)):
+        pass

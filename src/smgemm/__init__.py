@@ -9,18 +9,20 @@
     smgemm.nn.swap_linears(model)                 # nn.Linear -> smgemm.nn.Linear, in place
     y = smgemm.linear(x, smgemm.quantize_mxfp4(w))  # MXFP4 weight, dequantized inside the kernel
     smgemm.use_tuning("tuned.json")              # configs measured by `python -m smgemm tune` (optional)
+    with smgemm.overrides(schedule="streamk"):    # force a schedule, a TileConfig or the model's Rates
 
 The functions are differentiable, traceable by torch.compile (custom ops `torch.ops.smgemm.*`) and capturable
 in CUDA graphs.
 """
 
 from . import nn
+from ._device import Rates
 from .mxfp4 import MXFP4Tensor, quantize_mxfp4
 from .ops import addmm, linear, matmul, sm_budget
 from .partition import SMPartition
-from .plan import SCHEDULES, Plan, TileConfig, make_plan
+from .plan import SCHEDULES, Plan, TileConfig, make_plan, overrides
 from .tuning import use_tuning
 
-__all__ = ["SCHEDULES", "MXFP4Tensor", "Plan", "SMPartition", "TileConfig", "addmm", "linear", "make_plan", "matmul",
-           "nn", "quantize_mxfp4", "sm_budget", "use_tuning"]
+__all__ = ["SCHEDULES", "MXFP4Tensor", "Plan", "Rates", "SMPartition", "TileConfig", "addmm", "linear", "make_plan",
+           "matmul", "nn", "overrides", "quantize_mxfp4", "sm_budget", "use_tuning"]
 __version__ = "0.1.0"

@@ -16,6 +16,51 @@ from .kernels.gemm import gemm_kernel
 
 
 @dataclass(frozen=True)
+class Rates:
+    """The measured rates and costs of the planner's model (`plan.py`), in iterations of the 128 x 256 reference
+    tile (~0.85 us each on the H200). The defaults are the H200's, fitted with the sweeps in benchmarks/; a device
+    whose rates were not measured plans with them (they order tile and schedule choices; they set no limit that could
+    make a plan incorrect). Pass another `Rates` in a `DeviceSpec` to plan for other numbers.
+    """
+
+    # Device-memory bytes the chip streams in one reference iteration (~4 TB/s x 0.85 us): no schedule beats
+    # streaming its operands once.
+    hbm_bytes_per_iter: float = 3.4e6
+    # Operand bytes one SM loads in one reference iteration with a 16-row (decode) tile, ~30 GB/s: the program that
+    # streams the most bytes bounds the GEMM. Larger tiles load faster (`sm_own_bytes_per_iter`).
+    sm_bytes_per_iter: float = 25.6e3
+    # Operand bytes one SM loads by itself in a reference iteration, ~68 GB/s: persistent 64 x 64, 128 x 64 and
+    # 64 x 128 tiles on 32-128 SMs ran at 63-75 GB/s per SM. With every SM busy, the shared L2 bandwidth binds first.
+    sm_own_bytes_per_iter: float = 68e9 * 0.85e-6
+    # On the Hopper path a 128 x 128 tile runs at ~0.9 of the 128 x 256 tile's rate, not the 0.75 its arithmetic
+    # intensity alone predicts (1024x6144x4096: 629 TFLOP/s in 2.9 waves against 700): efficiency ** 0.35.
+    hopper_efficiency_exponent: float = 0.35
+    # Stream-K fixup, fitted to 66 measured shapes and budgets (benchmarks/sweep_streamk.py): a fixed part (the flag
+    # round trip, the workspace traffic's latency; with 3.0, 128 x 4096 x 8192 split where 64 x 64 persistent tiles
+    # ran 9% faster) plus, per program sharing a split tile, a part for a 128 x 256 fp32 partial (scaled by its size).
+    sk_fixup_base: float = 4.0
+    sk_fixup_per_sharer: float = 6.0
+    # `auto` takes Stream-K only when it is predicted this much faster: within a few percent either way is a tie,
+    # and the persistent loop has no fixup risk.
+    sk_margin: float = 0.97
+    # A split iteration of a Hopper-path tile costs this many whole-tile ones where the split ranges drift across
+    # tiles (the grid not aligned to the split tiles): bf16 3072^2 x 8192's 23 split iterations a program took ~21 us
+    # against ~16 at the whole waves' rate. Fitted to 23 splits of the last wave timed against splits of the last two
+    # (1.10-1.18 fit, 1.14 picks the faster plan in the most). Not charged to pointer-path tiles: there it moved 8
+    # plans to persistent tiles, 1-15% slower.
+    sk_drift: float = 1.14
+    # Fewest programs, as a fraction of the budget, that an aligned Stream-K grid may use: the split that drifts
+    # across tiles measured 11-20% slower on 16-64 tiles, so giving up 10% of the SMs still pays.
+    sk_align_fill: float = 0.9
+    # What an iteration of a few-tile Stream-K 64 x 128 pointer tile costs with the deeper pipeline (`plan.py`'s
+    # `_DEEP_STAGES`) relative to 4 stages.
+    deep_factor: float = 0.85
+
+
+H200_RATES = Rates()
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """The properties of one device that tile selection and grid sizing depend on."""
 
@@ -25,6 +70,7 @@ class DeviceSpec:
     capability: tuple[int, int]
     interpreted: bool = False  # kernels run in the Triton interpreter on the CPU
     l2_bytes: int = 50 * 2**20  # L2 cache size (the Stream-K model asks whether operand panels stay in it)
+    rates: Rates = H200_RATES  # the planner model's measured rates
 
 
 # The Triton interpreter has no SMs; it emulates an H200 so that CPU-planned grids match GPU-planned ones.

@@ -28,7 +28,7 @@ from ._device import device_spec, tf32_enabled
 from ._launch import Operands, launch, run_cached, static_args, tensor_args
 from .kernels.mx_expand import mx_expand_kernel
 from .mxfp4 import MXFP4Tensor
-from .plan import Plan, TileConfig, make_mx_plan, make_plan, mx_expands, resolve_budget
+from .plan import Plan, TileConfig, decide, mx_expands, overrides_version, resolve_budget
 from .tuning import lookup, tuning_version
 
 
@@ -81,10 +81,9 @@ def gemm(
         return _empty_product(out, c, beta)
 
     spec = device_spec(a.device)
-    if config is None and schedule == "auto":  # a configuration measured by smgemm.tuning, if one is loaded
-        config, schedule = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) or (None, schedule)
-    plan = make_plan(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
-                     tf32=a.dtype == torch.float32 and tf32_enabled(), config=config)
+    tuned = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) if config is None else None
+    plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
+                  tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned)
     ops = Operands(a, b, out, c, scale_a, scale_b, smid_out)
     ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(a, b, out, c, scale_a, scale_b))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
@@ -136,6 +135,7 @@ def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_
             entry, *_tensor_signature(a), *_tensor_signature(b), *_tensor_signature(c), c is not None and beta != 0,
             *_tensor_signature(scale_a), *_tensor_signature(scale_b), out_dtype, schedule, type(num_sms), num_sms,
             config, getattr(a, "dtype", None) == torch.float32 and tf32_enabled(), tuning_version(),
+            overrides_version(),
         )
     except (AttributeError, TypeError, RuntimeError):  # not tensors (the checks will say so), unhashable knobs
         return None
@@ -210,7 +210,8 @@ def gemm_mxfp4(
         return out
     if k == 0 or alpha == 0:
         return _empty_product(out, c, beta)
-    plan = make_mx_plan(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config)
+    plan = decide(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config,
+                  mxfp4=True)
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     ops = Operands(a, w, out, c, smid_out=smid_out)

@@ -16,23 +16,23 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   to what one SM loads by itself (~68 GB/s, `_iteration`), so a partial wave or a half-empty grid of small tiles
   is not charged as if the chip were full;
 * persistent / data-parallel: with `budget` SMs the tiles run in `ceil(tiles / budget)` waves of k_iters
-  iterations each, and no faster than streaming A, B and D through device memory once (`_HBM_BYTES_PER_ITER`),
+  iterations each, and no faster than streaming A, B and D through device memory once (`Rates.hbm_bytes_per_iter`),
   nor, for 16-row decode tiles, than the busiest program can load its operand bytes at such a tile's rate
-  (`_SM_BYTES_PER_ITER`, ~30 GB/s per SM; this is what makes Stream-K's even split win on decode shapes);
+  (`Rates.sm_bytes_per_iter`, ~30 GB/s per SM; this is what makes Stream-K's even split win on decode shapes);
 * Stream-K (`streamk_split`): whole waves stay data-parallel; the K-iterations of the `tiles % budget` tiles of
   the last, partial wave are split evenly over all programs, so that wave costs `ceil(rem * k_iters / P)`
-  iterations instead of k_iters. The fixup adds `_SK_FIXUP_BASE` plus, per program sharing a split tile,
-  `_SK_FIXUP_PER_SHARER` scaled by the partial tile's size (publishing / reading it through the workspace and
+  iterations instead of k_iters. The fixup adds `Rates.sk_fixup_base` plus, per program sharing a split tile,
+  `Rates.sk_fixup_per_sharer` scaled by the partial tile's size (publishing / reading it through the workspace and
   waiting for it; fitted on the H200, docs/performance.md). The model also weighs splitting the last whole wave
   with the partial one (`waves=2`): each program then holds 1-2 tiles' worth of iterations and a split tile
   has ~2 sharers instead of k_iters / share + 1, but more iterations are split, and on the Hopper path a split
-  iteration whose range drifts across tiles costs `_SK_DRIFT` whole-tile ones. Splits thinner than
+  iteration whose range drifts across tiles costs `Rates.sk_drift` whole-tile ones. Splits thinner than
   `_SK_MIN_ITERS` iterations per program are not considered: they stay data-parallel (persistent). With fewer
   tiles than SMs the grid is a multiple of the tiles where that keeps >= 90% of the budget (`_aligned_programs`):
   every program then holds one near-equal part of one tile's K-loop, in step with the same part of the other
   tiles. Otherwise split tiles advance through K out of step, so an operand panel that several of them share is
   fetched from device memory once per tile unless that operand's split region fits in L2. `auto` takes Stream-K
-  only when it is predicted `1 - _SK_MARGIN` faster (the model's accuracy: within a few percent either way is a
+  only when it is predicted `1 - Rates.sk_margin` faster (the model's accuracy: within a few percent either way is a
   tie, and the persistent loop has no fixup risk);
 * the cheapest (tile, schedule) wins (ties go to the larger tile); the pipeline depth is the most stages of
   (BM + BN) * BK operand bytes that fit in shared memory, at most 4 (3 for the largest tile, whose fp32
@@ -40,19 +40,21 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   (`_deep_streamk`, measured);
 * tiles of 128 x 128 and more take the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`), smaller ones
   the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
-  rate than its intensity says (`_HOPPER_EFFICIENCY_EXPONENT`).
+  rate than its intensity says (`Rates.hopper_efficiency_exponent`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
-from ._device import DeviceSpec
+from ._device import H200_RATES, DeviceSpec, Rates
 
 SCHEDULES = ("auto", "data_parallel", "persistent", "streamk")
 
@@ -81,40 +83,13 @@ _CANDIDATE_TILES = (
 _REFERENCE_INTENSITY = 128 * 256 / (128 + 256)
 _SMEM_RESERVE = 16 * 1024  # bytes kept free for the epilogue's layout conversions and barriers
 _SK_MIN_ITERS = 2  # fewest K-iterations per Stream-K program; thinner splits run data-parallel
-# Stream-K fixup cost in reference-tile iterations (~0.85 us each on the H200), fitted to 66 measured shapes and
-# budgets (benchmarks/sweep_streamk.py, docs/performance.md): a fixed part (the flag round trip, the workspace
-# traffic's latency) plus, per program sharing a split tile, a part proportional to the partial tile's bytes.
-_SK_FIXUP_BASE = 4.0  # with 3.0, 128 x 4096 x 8192 split where 64 x 64 persistent tiles ran 9% faster
-_SK_FIXUP_PER_SHARER = 6.0  # per program sharing a split tile, for a 128 x 256 fp32 partial (scaled by its size)
-_SK_MARGIN = 0.97
-# A split iteration of a Hopper-path tile costs this many whole-tile ones where the split ranges drift across tiles (the
-# grid not aligned to the split tiles): on the H200, bf16 3072^2 x 8192's 23 split iterations a program took ~21 us
-# against ~16 at the whole waves' rate. Fitted to 23 splits of the last wave timed against splits of the last two
-# (1.10-1.18 fit, 1.14 picks the faster plan in the most). Not charged to pointer-path tiles: there it moved 8 plans to
-# persistent tiles, 1-15% slower.
-_SK_DRIFT = 1.14
-# Fewest programs, as a fraction of the budget, that an aligned Stream-K grid may use (`_aligned_programs`): the
-# split that drifts across tiles measured 11-20% slower on 16-64 tiles, so giving up 10% of the SMs still pays.
-_SK_ALIGN_FILL = 0.9
-_HBM_BYTES_PER_ITER = 3.4e6  # device-memory bytes the chip streams in one reference iteration (~4 TB/s x 0.85 us)
-# Operand bytes one SM loads in one reference iteration with a 16-row (decode) tile: ~30 GB/s, measured on the H200
-# (docs/performance.md), so the program that streams the most bytes bounds the GEMM. Larger tiles load faster
-# (`_SM_OWN_BYTES_PER_ITER`).
-_SM_BYTES_PER_ITER = 25.6e3
 _STREAMING_MAX_M = 64  # up to here B is streamed: longer K steps (block_k)
 _WIDE_K_MAX_M = 32  # up to here K steps of 512-byte rows (see choose_config)
 _ONE_ROW_MAX_M = _STREAMING_MAX_M  # up to here one row of tiles covers M (see choose_config)
-# Operand bytes one SM loads by itself in a reference iteration, ~68 GB/s: persistent 64 x 64, 128 x 64 and 64 x 128
-# tiles on 32-128 SMs of the H200 ran at 63-75 GB/s per SM (docs/performance.md). With every SM busy,
-# the shared L2 bandwidth (the `efficiency` term) binds first.
-_SM_OWN_BYTES_PER_ITER = 68e9 * 0.85e-6
 # Tiles at least this large take the Hopper path (TMA loads and store, flattened loop): on the H200 it lifted
 # 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster
 # (benchmarks/sweep_hopper.py). Measured, not modelled.
 _HOPPER_PATH_MIN_TILE = 128 * 128
-# On the Hopper path a 128 x 128 tile runs at ~0.9 of the 128 x 256 tile's rate, not the 0.75 its arithmetic
-# intensity alone predicts (1024x6144x4096 on the H200: 629 TFLOP/s in 2.9 waves against 700): efficiency**0.35.
-_HOPPER_EFFICIENCY_EXPONENT = 0.35
 # Skinny GEMMs (64 < M <= 128, one or two rows of tiles): 64 x 128 / 128 x 64 pointer tiles with 256-byte K steps
 # and Stream-K ran 0.77-0.89x of cuBLAS where 128 x 128 tiles (TMA or not) ran 0.63-0.82x and Stream-K over
 # 128 x 256 tiles 0.48-0.63x (benchmarks/sweep_configs.py on 128 x {4096..10240} x {4096, 8192}, docs/performance.md).
@@ -124,13 +99,12 @@ _SKINNY_MAX_M = 128
 # Few-tile Stream-K over a grid aligned to the tiles: each program streams one contiguous part of one tile's K-loop
 # with nothing else to overlap, and 64 x 128 pointer tiles with 128-byte K steps ran faster with 6 pipeline stages
 # than with 4: bf16 0-14% on 11 of 12 shapes and budgets (1% slower on the 12th), fp8 2-22% on 5 of 6 (2% slower
-# on the 6th), and as fast as 128 x 64 tiles or faster (docs/performance.md). The model charges their
-# iterations _DEEP_FACTOR: with it, it picks the faster of 64 x 128 and 128 x 128 in all 12 bf16 cases, and in the
-# fp8 ones 14-35% faster plans than before or the same. (Applied to split grids that are not aligned, it would pick
+# on the 6th), and as fast as 128 x 64 tiles or faster. The model charges their iterations `Rates.deep_factor`:
+# with it, it picks the faster of 64 x 128 and 128 x 128 in all 12 bf16 cases, and in the fp8 ones 14-35% faster
+# plans or the same. (Applied to split grids that are not aligned, it would pick
 # 64 x 128 at bf16 384x1024x16384 and 640x640x16384, where it measured 15-19% slower: the model under-rates what
 # drifting ranges cost small tiles.)
-_DEEP_STAGES = 6
-_DEEP_FACTOR = 0.85
+_DEEP_STAGES = 6  # their iterations cost `Rates.deep_factor` of a 4-stage pipeline's
 # fp32 without TF32 runs on FMA instructions (Triton's `tl.dot(..., input_precision="ieee")`), not tensor cores. On
 # the H200 (benchmarks/sweep_configs.py --dtype fp32) the tensor-core plans' 128 x 256 TMA tiles ran at 0.5
 # TFLOP/s (4096^3; torch 50), 128 x 128 x 32 pointer tiles with 8 warps at 22 (0.44x of torch, the best of nine
@@ -216,7 +190,8 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
-def streamk_split(num_tiles: int, k_iters: int, budget: int, waves: int = 1) -> tuple[int, int] | None:
+def streamk_split(num_tiles: int, k_iters: int, budget: int, waves: int = 1,
+                  rates: Rates = H200_RATES) -> tuple[int, int] | None:
     """(dp_tiles, num_programs) of the hybrid Stream-K schedule, or None when nothing would be split.
 
     Whole waves stay data-parallel; the K-iterations of the last, partial wave (waves=1), or of the last whole
@@ -231,52 +206,52 @@ def streamk_split(num_tiles: int, k_iters: int, budget: int, waves: int = 1) -> 
     sk_iters = rem * k_iters
     programs = budget if full_waves else min(budget, sk_iters // _SK_MIN_ITERS)
     if not full_waves:
-        programs = _aligned_programs(num_tiles, k_iters, budget) or programs
+        programs = _aligned_programs(num_tiles, k_iters, budget, rates) or programs
     if programs <= rem or sk_iters < programs * _SK_MIN_ITERS:
         return None  # a split this thin (or none at all) only adds fixup work
     return full_waves * budget, programs
 
 
-def _aligned_programs(num_tiles: int, k_iters: int, budget: int) -> int | None:
-    """A Stream-K grid of `num_tiles * s` programs, s >= 2, that fills >= _SK_ALIGN_FILL of the budget; None if
+def _aligned_programs(num_tiles: int, k_iters: int, budget: int, rates: Rates) -> int | None:
+    """A Stream-K grid of `num_tiles * s` programs, s >= 2, that fills >= `rates.sk_align_fill` of the budget; None if
     there is none. Each program then takes one of s near-equal parts of one tile's K-loop (the kernel splits so
     whenever the grid is a multiple of the split tiles), and the programs holding the same part of different tiles
     walk the same K range at the same time, so the operand panels those tiles share are read from device memory
     once, while they sit in L2 (on the H200, 11-20% faster than an even split over all 132 SMs whose ranges drift
     across tiles, docs/performance.md)."""
     for s in range(budget // num_tiles, 1, -1):
-        if num_tiles * s < _SK_ALIGN_FILL * budget:
+        if num_tiles * s < rates.sk_align_fill * budget:
             return None
         if k_iters // s >= _SK_MIN_ITERS:
             return num_tiles * s
     return None
 
 
-def _iteration(cfg: TileConfig, elem: int, active: int, budget: int) -> float:
+def _iteration(cfg: TileConfig, elem: int, active: int, budget: int, rates: Rates = H200_RATES) -> float:
     """Time of one K-iteration of one program, in reference iterations, while `active` programs of a `budget` run.
 
     The tile's multiply-adds at the reference tile's rate, unless its operand traffic is slower: the L2 -> SM
     bandwidth that the active programs share (at the full budget a tile of lower intensity moves more bytes per
     multiply-add, `efficiency`; fewer programs each get a larger share), or, when few share it, what one SM loads by
-    itself (`_SM_OWN_BYTES_PER_ITER`).
+    itself (`Rates.sm_own_bytes_per_iter`).
     """
     base = cfg.block_m * cfg.block_n / (128 * 256) * cfg.block_k * elem / 128
     efficiency = min(1.0, cfg.block_m * cfg.block_n / (cfg.block_m + cfg.block_n) / _REFERENCE_INTENSITY)
     if cfg.tma:
-        efficiency **= _HOPPER_EFFICIENCY_EXPONENT
-    own = (cfg.block_m + cfg.block_n) * cfg.block_k * elem / _SM_OWN_BYTES_PER_ITER
+        efficiency **= rates.hopper_efficiency_exponent
+    own = (cfg.block_m + cfg.block_n) * cfg.block_k * elem / rates.sm_own_bytes_per_iter
     return max(base, base * active / budget / efficiency, own)
 
 
 def modelled_time(
     cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2_bytes: int = 50 * 2**20,
-    sk_waves: int = 1,
+    sk_waves: int = 1, rates: Rates = H200_RATES,
 ) -> float:
     """Critical-path time of `schedule` with tile `cfg`, in iterations of the reference tile (inf: not applicable).
 
     See the module docstring: a K-iteration costs `_iteration` (its multiply-adds, or its operand traffic when
-    that is slower); no schedule beats streaming its device-memory bytes; a Stream-K fixup costs _SK_FIXUP_BASE
-    plus _SK_FIXUP_PER_SHARER (scaled by the partial tile's size) per program sharing a split tile.
+    that is slower); no schedule beats streaming its device-memory bytes; a Stream-K fixup costs `rates.sk_fixup_base`
+    plus `rates.sk_fixup_per_sharer` (scaled by the partial tile's size) per program sharing a split tile.
     """
     elem = element_bytes(dtype)
     rows, cols = math.ceil(m / cfg.block_m), math.ceil(n / cfg.block_n)
@@ -285,43 +260,43 @@ def modelled_time(
     hbm_bytes = (m * k + k * n) * elem + m * n * 2  # operands once (grouped tile order), a 16-bit result
     # One program's operand bytes per K-iteration, in reference iterations of its SM's load rate: decode tiles
     # (16 rows) stream B at ~30 GB/s per SM, slower than `_iteration`'s rates.
-    sm_load = (cfg.block_m + cfg.block_n) * cfg.block_k * elem / _SM_BYTES_PER_ITER if cfg.block_m <= 16 else 0.0
+    sm_load = (cfg.block_m + cfg.block_n) * cfg.block_k * elem / rates.sm_bytes_per_iter if cfg.block_m <= 16 else 0.0
     if schedule != "streamk":
         full_waves, rem = divmod(tiles, budget)
-        longest = full_waves * k_iters * _iteration(cfg, elem, budget, budget)
+        longest = full_waves * k_iters * _iteration(cfg, elem, budget, budget, rates)
         if rem:  # the last, partial wave's programs share the L2 bandwidth with fewer others
-            longest += k_iters * _iteration(cfg, elem, rem, budget)
+            longest += k_iters * _iteration(cfg, elem, rem, budget, rates)
         waves = math.ceil(tiles / budget)
-        return max(longest, waves * k_iters * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER)
-    split = streamk_split(tiles, k_iters, budget, sk_waves)
+        return max(longest, waves * k_iters * sm_load, hbm_bytes / rates.hbm_bytes_per_iter)
+    split = streamk_split(tiles, k_iters, budget, sk_waves, rates)
     if split is None:
         return math.inf
     dp_tiles, programs = split
     per_program = (tiles - dp_tiles) * k_iters / programs  # ceil() of it: the longest range, aligned or not
     sharers = k_iters / per_program + 1  # programs a split tile spans, on average
-    fixup = _SK_FIXUP_BASE + sharers * _SK_FIXUP_PER_SHARER * cfg.block_m * cfg.block_n / (128 * 256)
+    fixup = rates.sk_fixup_base + sharers * rates.sk_fixup_per_sharer * cfg.block_m * cfg.block_n / (128 * 256)
     # Split tiles advance through K out of step (unless the grid is aligned to them, `_aligned_programs`), so a
     # panel of A or B shared by several of them is fetched once per tile unless that operand's split region stays
     # in L2 (the split tiles are the last ones, GROUP_M rows deep).
     drift = 1.0
     if programs % (tiles - dp_tiles):
-        drift = _SK_DRIFT if cfg.tma else 1.0
+        drift = rates.sk_drift if cfg.tma else 1.0
         sk_rows = min(rows, 8, tiles - dp_tiles)
         sk_cols = min(cols, math.ceil((tiles - dp_tiles) / sk_rows))
         b_region, a_region = sk_cols * cfg.block_n * k * elem, sk_rows * cfg.block_m * k * elem
         hbm_bytes += (sk_rows - 1) * b_region * (b_region > l2_bytes)
         hbm_bytes += (sk_cols - 1) * a_region * (a_region > l2_bytes)
     iters = dp_tiles // programs * k_iters + math.ceil(per_program)
-    longest = (dp_tiles // programs * k_iters * _iteration(cfg, elem, budget, budget)
-               + math.ceil(per_program) * _iteration(cfg, elem, programs, budget) * drift)
-    return max(longest, iters * sm_load, hbm_bytes / _HBM_BYTES_PER_ITER) + fixup
+    longest = (dp_tiles // programs * k_iters * _iteration(cfg, elem, budget, budget, rates)
+               + math.ceil(per_program) * _iteration(cfg, elem, programs, budget, rates) * drift)
+    return max(longest, iters * sm_load, hbm_bytes / rates.hbm_bytes_per_iter) + fixup
 
 
-def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2: int,
+def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, spec: DeviceSpec,
           sk_waves: int = 1) -> float:
-    """modelled_time, Stream-K's divided by _SK_MARGIN: it must win clearly to be chosen."""
-    time = modelled_time(cfg, m, n, k, dtype, budget, schedule, l2, sk_waves)
-    return time / (_SK_MARGIN if schedule == "streamk" else 1.0)
+    """modelled_time on `spec`, Stream-K's divided by `Rates.sk_margin`: it must win clearly to be chosen."""
+    time = modelled_time(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes, sk_waves, spec.rates)
+    return time / (spec.rates.sk_margin if schedule == "streamk" else 1.0)
 
 
 def _candidates(schedules: tuple[str, ...]) -> list[tuple[str, int]]:
@@ -329,14 +304,14 @@ def _candidates(schedules: tuple[str, ...]) -> list[tuple[str, int]]:
     return [(s, waves) for s in schedules for waves in ((1, 2) if s == "streamk" else (1,))]
 
 
-def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: int) -> bool:
+def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: int, rates: Rates) -> bool:
     """Whether a Stream-K plan with `cfg` takes the deeper pipeline (_DEEP_STAGES): a 16-bit or fp8 64 x 128
     pointer-path tile with 128-byte K steps, every tile split over a grid aligned to the tiles (each program one
     part of one tile's K-loop, `_aligned_programs`)."""
     if elem > 2 or cfg.tma or (cfg.block_m, cfg.block_n) != (64, 128) or cfg.block_k * elem != 128:
         return False
     tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
-    split = streamk_split(tiles, math.ceil(k / cfg.block_k), budget)
+    split = streamk_split(tiles, math.ceil(k / cfg.block_k), budget, rates=rates)
     return split is not None and split[0] == 0 and split[1] % tiles == 0
 
 
@@ -396,9 +371,9 @@ def choose_config(
             if schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
                     and fit * block_k * elem >= stages * _LONG_STEP_BYTES:
                 chosen = dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem)
-            if schedule == "streamk" and fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget):
-                chosen, factor = dataclasses.replace(cfg, num_stages=_DEEP_STAGES), _DEEP_FACTOR
-            cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec.l2_bytes, waves) * factor
+            if schedule == "streamk" and fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget, spec.rates):
+                chosen, factor = dataclasses.replace(cfg, num_stages=_DEEP_STAGES), spec.rates.deep_factor
+            cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec, waves) * factor
             if cost < best_cost:
                 best, best_cost = (chosen, schedule, waves), cost
     if best is None and one_row:  # no tile of max_m rows fits (e.g. N < 64 for M = 17..32): any rows
@@ -490,7 +465,7 @@ def make_mx_plan(
         decode = schedule == "auto" and num_sms is None and config is not None and m <= 16  # no budget given
         if decode and math.ceil(n / config.block_n) >= spec.num_sms:
             schedule = "data_parallel"  # one program per tile, like a data-parallel launch
-        elif decode and k <= _MX_DECODE_SHORT_K and math.ceil(n / 32) >= _SK_ALIGN_FILL * spec.num_sms:
+        elif decode and k <= _MX_DECODE_SHORT_K and math.ceil(n / 32) >= spec.rates.sk_align_fill * spec.num_sms:
             config = dataclasses.replace(config, block_n=32)
             schedule = "data_parallel"
         elif schedule == "auto" and 16 < m <= 64:
@@ -532,12 +507,12 @@ def make_plan(
     else:
         cfg = config
         chosen, sk_waves = min(_candidates(wanted),
-                               key=lambda c: _cost(cfg, m, n, k, dtype, budget, c[0], spec.l2_bytes, c[1]))
+                               key=lambda c: _cost(cfg, m, n, k, dtype, budget, c[0], spec, c[1]))
     if cfg.block_k < min_block_k(dtype):
         raise ValueError(f"{dtype} needs block_k >= {min_block_k(dtype)}, got {cfg}")
     num_tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
     k_iters = math.ceil(k / cfg.block_k)
-    split = streamk_split(num_tiles, k_iters, budget, sk_waves) if chosen == "streamk" else None
+    split = streamk_split(num_tiles, k_iters, budget, sk_waves, spec.rates) if chosen == "streamk" else None
     if split is not None:
         schedule, (dp_tiles, num_programs) = "streamk", split
     elif schedule == "data_parallel" and num_sms is None:
@@ -556,3 +531,80 @@ def make_plan(
         input_precision="ieee" if (dtype == torch.float32 and not tf32) else "tf32",
         dp_tiles=dp_tiles,
     )
+
+
+class _Overrides:
+    """What `overrides` forces; process-wide, like `sm_budget` (see ops._Defaults). `version` changes with every
+    block, so that remembered calls (smgemm._gemm) never outlive the setting they were planned under."""
+
+    config: TileConfig | None = None
+    schedule: str | None = None
+    rates: Rates | None = None
+    version: int = 0
+
+
+_OVERRIDES = _Overrides()
+
+
+@contextlib.contextmanager
+def overrides(*, config: TileConfig | None = None, schedule: str | None = None,
+              rates: Rates | None = None) -> Iterator[None]:
+    """Force the plans of the smgemm GEMMs called inside the block: a tile `config`, a `schedule`, or the model's
+    `rates` (the planner's measured constants, `smgemm.Rates`). What is not given is planned as usual; tuning files
+    are not consulted for a forced config or schedule. For tests, sweeps and users who measured better.
+
+        with smgemm.plan.overrides(config=TileConfig(128, 128, 64, num_warps=8), schedule="streamk"):
+            y = smgemm.matmul(a, b)
+
+    The check of an impossible forced configuration (e.g. fp8 with block_k 16) happens at the call, as for any
+    config. Blocks nest; leaving one restores the outer setting.
+    """
+    if schedule is not None and schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if config is not None and not isinstance(config, TileConfig):
+        raise TypeError(f"config must be a TileConfig, got {type(config).__name__}")
+    if rates is not None and not isinstance(rates, Rates):
+        raise TypeError(f"rates must be a smgemm.Rates, got {type(rates).__name__}")
+    saved = _OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates
+    _OVERRIDES.config = config if config is not None else saved[0]
+    _OVERRIDES.schedule = schedule if schedule is not None else saved[1]
+    _OVERRIDES.rates = rates if rates is not None else saved[2]
+    _OVERRIDES.version += 1
+    try:
+        yield
+    finally:
+        _OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates = saved
+        _OVERRIDES.version += 1
+
+
+def overrides_version() -> int:
+    """Changes whenever an `overrides` block is entered or left."""
+    return _OVERRIDES.version
+
+
+def decide(
+    m: int,
+    n: int,
+    k: int,
+    dtype: torch.dtype,
+    spec: DeviceSpec,
+    *,
+    schedule: str = "auto",
+    num_sms: int | None = None,
+    tf32: bool = False,
+    config: TileConfig | None = None,
+    mxfp4: bool = False,
+    tuned: tuple[TileConfig, str] | None = None,
+) -> Plan:
+    """The plan of a GEMM call: the one place that weighs, in order, an `overrides` block, the caller's `config`,
+    a tuning file's entry (`tuned`, for schedule "auto" and no config), the MXFP4 rules (`mxfp4`: an MXFP4 weight,
+    `dtype` the dot's dtype) and the model."""
+    if _OVERRIDES.rates is not None:
+        spec = dataclasses.replace(spec, rates=_OVERRIDES.rates)
+    config = _OVERRIDES.config or config
+    schedule = _OVERRIDES.schedule or schedule
+    if config is None and schedule == "auto" and tuned is not None and _OVERRIDES.config is None:
+        config, schedule = tuned
+    if mxfp4:
+        return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
+    return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config)
