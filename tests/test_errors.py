@@ -31,8 +31,9 @@ def _mx(on, n=8, k=32):
 
 # (id, call(on), exception type, message regex). Every call is a public function.
 BAD_CALLS = [
-    ("a-1d", lambda on: smgemm.matmul(on(4), on(4, 4)), ValueError, r"a must be 2-D"),
-    ("b-3d", lambda on: smgemm.matmul(on(4, 4), on(2, 4, 4)), ValueError, r"b must be 2-D"),
+    ("a-0d", lambda on: smgemm.matmul(on(), on(4, 4)), ValueError, r"at least 1 dim"),
+    ("b-3d", lambda on: smgemm.matmul(on(4, 4), on(2, 4, 4)), ValueError, r"batched products"),
+    ("addmm-a-1d", lambda on: smgemm.addmm(on(4), on(4), on(4, 4)), ValueError, r"a must be 2-D"),
     ("k-mismatch", lambda on: smgemm.matmul(on(4, 5), on(6, 4)), ValueError,
      r"a.shape\[1\] \(K=5\) must equal b.shape\[0\]"),
     ("dtype-mismatch", lambda on: smgemm.matmul(on(4, 4), on(4, 4, dtype=torch.float32)), TypeError, r"same dtype"),

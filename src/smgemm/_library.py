@@ -17,6 +17,7 @@ contiguous); dC = beta * dD summed to C's broadcast shape.
 from __future__ import annotations
 
 import torch
+from torch.utils.flop_counter import register_flop_formula
 
 from ._checks import check_gemm, check_knobs, check_mxfp4
 from ._gemm import gemm, gemm_mxfp4
@@ -72,13 +73,24 @@ def _gemm_out_fake(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, ou
     check_gemm(a, b, c, beta, out, out.dtype, scale_a, scale_b)
 
 
+_FUNCTORCH = getattr(torch._C, "_functorch", None)
+
+
+def call_gemm(*args) -> torch.Tensor:
+    """`gemm_op(*args)`, or under a torch.func transform (grad, vmap, ...) `GemmFunction.apply(*args)`: the same
+    kernel and backward, in the form those transforms differentiate."""
+    if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
+        return GemmFunction.apply(*args)
+    return gemm_op(*args)
+
+
 def _product_like(like: torch.Tensor, x: torch.Tensor, y: torch.Tensor, alpha: float, schedule: str,
                   num_sms: int | None) -> torch.Tensor:
     """alpha * x @ y in `like`'s dtype and layout: a column-major `like` gets (y^T @ x^T)^T, a view of a row-major
     product, so neither operand nor result is ever copied into a transposed layout."""
     if like.stride(0) == 1 and like.stride(1) != 1:
-        return gemm_op(y.t(), x.t(), None, alpha, 0.0, like.dtype, None, None, schedule, num_sms).t()
-    return gemm_op(x, y, None, alpha, 0.0, like.dtype, None, None, schedule, num_sms)
+        return call_gemm(y.t(), x.t(), None, alpha, 0.0, like.dtype, None, None, schedule, num_sms).t()
+    return call_gemm(x, y, None, alpha, 0.0, like.dtype, None, None, schedule, num_sms)
 
 
 def _grad_c(ctx, grad: torch.Tensor) -> torch.Tensor:
@@ -154,10 +166,45 @@ def _mx_backward(ctx, grad):
     if ctx.needs_input_grad[0]:
         w = MXFP4Tensor(w_data, w_scales).dequantize(ctx.a_dtype)
         g = grad if grad.dtype == ctx.a_dtype else grad.to(ctx.a_dtype)
-        grad_a = gemm_op(g, w, None, ctx.alpha, 0.0, ctx.a_dtype, None, None, ctx.schedule, ctx.num_sms)
+        grad_a = call_gemm(g, w, None, ctx.alpha, 0.0, ctx.a_dtype, None, None, ctx.schedule, ctx.num_sms)
     if ctx.needs_input_grad[4]:
         grad_c = _grad_c(ctx, grad)
     return grad_a, None, None, None, grad_c, None, None, None, None, None
 
 
 gemm_mxfp4_op.register_autograd(_mx_backward, setup_context=_mx_setup_context)
+
+
+# FLOP counts for torch.utils.flop_counter.FlopCounterMode (MFU tools): 2 * M * N * K per product, as for aten.mm.
+def _dense_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    (m, k), n = a_shape, b_shape[1]
+    return 2 * m * n * k
+
+
+def _mxfp4_flops(a_shape, a_scales_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * a_shape[0] * w_shape[0] * w_shape[1] * 2  # w_data packs two values per byte along K
+
+
+register_flop_formula(torch.ops.smgemm.gemm)(_dense_flops)
+register_flop_formula(torch.ops.smgemm.gemm_out)(_dense_flops)
+register_flop_formula(torch.ops.smgemm.gemm_mxfp4)(_mxfp4_flops)
+
+
+class GemmFunction(torch.autograd.Function):
+    """`gemm_op` with the same backward, as an autograd.Function for torch.func transforms (grad, vjp, jacrev, vmap):
+    torch.library's generated autograd does not run under them. vmap of it loops over the batch (torch's fallback
+    for the custom op)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
+        return gemm_op(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup_context(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward(ctx, grad)

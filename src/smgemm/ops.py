@@ -13,6 +13,7 @@ Arguments left as None take the values of the innermost `sm_budget(...)` block (
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 
 import torch
@@ -76,13 +77,46 @@ def _resolve(schedule: str | None, num_sms: int | None) -> tuple[str, int | None
 
 
 def _tracked(*tensors) -> bool:
-    """Whether autograd must record this call (then it goes through the custom op). A plain loop: on every eager
-    call, where a generator expression cost 0.4 µs more."""
+    """Whether autograd must record this call. A plain loop: on every eager call, where a generator expression cost
+    0.4 µs more."""
     if torch.is_grad_enabled():
         for t in tensors:
             if getattr(t, "requires_grad", False):  # None, non-tensors (rejected later by name), MXFP4Tensor: False
                 return True
     return False
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_FUNCTORCH = getattr(torch._C, "_functorch", None)
+
+
+def _via_dispatcher(*tensors) -> bool:
+    """Whether this call must go through the custom op rather than straight to the kernel: autograd must record it,
+    torch.compile traces it, or a torch subsystem must see it (a dispatch or function mode such as FakeTensorMode or
+    FlopCounterMode, a tensor subclass such as DTensor, a functorch transform such as vmap or grad, a meta tensor)."""
+    if _tracked(*tensors) or torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return True
+    if torch._C._is_torch_function_mode_enabled() or (
+            _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None):
+        return True
+    for t in tensors:
+        if t is not None and isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.device.type == "meta"):
+            return True
+    return False
+
+
+_AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _autocast(device: torch.device, *tensors):
+    """`tensors` as torch.autocast casts the inputs of matmul / addmm / linear (its lower-precision ops): floating
+    tensors to the autocast dtype of `device`'s type while autocast is on for it; others (fp8, MXFP4, None, bad
+    arguments the checks will name) as they are."""
+    kind = device.type if device.type in ("cuda", "cpu") else None
+    if kind is None or not torch.is_autocast_enabled(kind):
+        return tensors
+    dtype = torch.get_autocast_dtype(kind)
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype in _AUTOCAST_DTYPES else t for t in tensors)
 
 
 def _run(
@@ -103,19 +137,21 @@ def _run(
     torch.compile)."""
     check_call(schedule, num_sms, alpha, beta, out_dtype)
     schedule, num_sms = _resolve(schedule, num_sms)
+    if isinstance(a, torch.Tensor) and a.dtype != torch.float8_e4m3fn:
+        a, b, c = _autocast(a.device, a, b, c)
     if out is not None:
         if _tracked(a, b, c, scale_a, scale_b, out):
             raise RuntimeError("smgemm: functions with out= do not support automatic differentiation, but an "
                                "argument requires grad; call without out= (or under torch.no_grad())")
-        if torch.compiler.is_compiling():
+        if _via_dispatcher(a, b, c, scale_a, scale_b, out):
             check_gemm(a, b, c, beta, out, out_dtype, scale_a, scale_b)
             _library.gemm_out_op(a, b, c, float(alpha), float(beta), scale_a, scale_b, schedule, num_sms, out)
             return out
         return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, scale_a=scale_a,
                     scale_b=scale_b, schedule=schedule, num_sms=num_sms)
-    if _tracked(a, b, c, scale_a, scale_b) or torch.compiler.is_compiling():
+    if _via_dispatcher(a, b, c, scale_a, scale_b):
         check_gemm(a, b, c, beta, None, out_dtype, scale_a, scale_b)  # as the eager path does, before the op
-        return _library.gemm_op(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule, num_sms)
+        return _library.call_gemm(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule, num_sms)
     return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
                 schedule=schedule, num_sms=num_sms)
 
@@ -127,15 +163,19 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
     schedule, num_sms = _resolve(schedule, num_sms)
     if isinstance(x, MXFP4Tensor):
         lead = x.shape[:-1]
-        x2 = MXFP4Tensor(x.data.reshape(lead.numel(), x.data.shape[-1]),
-                         x.scales.reshape(lead.numel(), x.scales.shape[-1]))
+        x2 = MXFP4Tensor(x.data.reshape(math.prod(lead), x.data.shape[-1]),
+                         x.scales.reshape(math.prod(lead), x.scales.shape[-1]))
     elif isinstance(x, torch.Tensor) and x.dim() >= 1:
         lead = x.shape[:-1]
-        x2 = x.reshape(lead.numel(), x.shape[-1])
+        x2 = x.reshape(math.prod(lead), x.shape[-1])
     else:
         raise ValueError("x must be a tensor of shape [..., K] (or an MXFP4Tensor)")
     bias = _bias_2d(bias, lead, w.shape[0])
-    if _tracked(x2, bias) or torch.compiler.is_compiling():
+    if isinstance(x2, torch.Tensor):
+        x2, bias = _autocast(x2.device, x2, bias)
+    elif bias is not None:
+        (bias,) = _autocast(bias.device, bias)
+    if _via_dispatcher(x2, bias):
         check_mxfp4(x2, w, bias, 1.0, None, out_dtype)  # as the eager path does, before the op
         a, a_scales = (x2.data, x2.scales) if isinstance(x2, MXFP4Tensor) else (x2, None)
         y = _library.gemm_mxfp4_op(a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms)
@@ -158,7 +198,7 @@ def _bias_2d(bias: torch.Tensor | None, lead: torch.Size, n: int) -> torch.Tenso
                          f"{tuple(bias.shape)}")
     if bias.dim() <= 1:
         return bias
-    return bias.expand(shape).reshape(lead.numel(), n)
+    return bias.expand(shape).reshape(math.prod(lead), n)
 
 
 def matmul(
@@ -172,18 +212,47 @@ def matmul(
     schedule: str | None = None,
     num_sms: int | None = None,
 ) -> torch.Tensor:
-    """`a @ b` for a: [M, K] and b: [K, N], any strides (transposed views need no copy).
+    """`a @ b` with torch.matmul's rules for a: [..., M, K] (or [K]) and b: [K, N] (or [K]), any strides
+    (transposed views need no copy).
 
-    dtypes: bf16, fp16, fp32 (TF32 when torch allows it for matmuls) and float8_e4m3fn. The result has the inputs'
-    dtype (bf16 for fp8) unless `out_dtype` says otherwise. For fp8, `scale_a` (one value or [M, 1]) and
-    `scale_b` (one value or [1, N]) dequantize the product as in `torch._scaled_mm`. Differentiable (not fp8).
+    Batch dims of `a` fold into M (a view where the layout allows, else one copy), so one launch covers them; 1-D
+    operands are treated as a row / column and that dim is dropped from the result. A `b` with batch dims (a
+    batched product) is refused. dtypes: bf16, fp16, fp32 (TF32 when torch allows it for matmuls) and
+    float8_e4m3fn. The result has the inputs' dtype (bf16 for fp8) unless `out_dtype` says otherwise; under
+    torch.autocast the inputs are cast as torch casts matmul's. For fp8, `scale_a` (one value or one per row of a)
+    and `scale_b` (one value or [1, N]) dequantize the product as in `torch._scaled_mm`. Differentiable (not fp8).
 
     Example::
 
         c = smgemm.matmul(a, b.t(), num_sms=66)  # uses at most 66 SMs
     """
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (a.dim() != 2 or b.dim() != 2):
+        return _matmul_nd(a, b, out=out, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, schedule=schedule,
+                          num_sms=num_sms)
     return _run(a, b, out=out, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, schedule=schedule,
                 num_sms=num_sms)
+
+
+def _matmul_nd(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None, scale_a: torch.Tensor | None,
+               **kwargs) -> torch.Tensor:
+    """matmul with a 1-D operand or batch dims in `a`: folded to one 2-D product, unfolded after."""
+    if a.dim() == 0 or b.dim() == 0:
+        raise ValueError(f"a and b must have at least 1 dim each, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    if b.dim() > 2:
+        raise ValueError(f"b must be [K, N] or [K], got shape {tuple(b.shape)}: batched products (b with batch "
+                         "dims) are not supported")
+    if out is not None:
+        raise ValueError(f"out= needs 2-D a and b, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(1) if b.dim() == 1 else b
+    lead, (m, k) = a2.shape[:-2], a2.shape[-2:]
+    if isinstance(scale_a, torch.Tensor) and scale_a.numel() > 1:
+        scale_a = scale_a.reshape(-1, 1)  # one per row of a, batch dims included
+    y = _run(a2.reshape(math.prod(lead) * m, k), b2, scale_a=scale_a, **kwargs)
+    y = y.reshape(*lead, m, b2.shape[1])
+    if a.dim() == 1:
+        y = y.squeeze(-2)
+    return y.squeeze(-1) if b.dim() == 1 else y
 
 
 def addmm(
@@ -241,7 +310,7 @@ def linear(
         raise ValueError(f"x.shape[-1] (K={x.shape[-1]}) must equal weight.shape[1] (got {weight.shape[1]})")
     lead = x.shape[:-1]
     bias = _bias_2d(bias, lead, weight.shape[0])
-    x2 = x.reshape(lead.numel(), x.shape[-1])  # not -1: K may be 0
+    x2 = x.reshape(math.prod(lead), x.shape[-1])  # not -1: K may be 0
     if scale_a is not None and isinstance(scale_a, torch.Tensor) and scale_a.numel() > 1:
         scale_a = scale_a.reshape(-1, 1)
     if scale_b is not None and isinstance(scale_b, torch.Tensor) and scale_b.numel() > 1:

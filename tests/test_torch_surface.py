@@ -1,0 +1,162 @@
+"""What a PyTorch user expects of a matmul: autocast, torch.matmul's shape rules, torch modes and transforms that
+see the op (fake tensors, meta, FLOP counting, torch.func), and torch.export with dynamic shapes."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+import smgemm
+from reference import randn
+
+AUTOCAST_DTYPES = [torch.bfloat16, torch.float16]
+
+
+def _autocast(device, dtype):
+    return torch.autocast("cuda" if device == "cuda" else "cpu", dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", AUTOCAST_DTYPES)
+def test_autocast_casts_as_torch_does(dtype, device):
+    x = randn((4, 64), torch.float32, device)
+    lin = smgemm.nn.Linear(64, 32, device=device)
+    ref = torch.nn.Linear(64, 32, device=device)
+    ref.load_state_dict(lin.state_dict())
+    with _autocast(device, dtype):
+        y, want = lin(x), ref(x)
+        assert y.dtype == want.dtype == dtype
+        torch.testing.assert_close(y.float(), want.float(), rtol=2e-2, atol=2e-2)
+        # a low-precision activation with an fp32 weight: cast, as torch does
+        z = smgemm.linear(x.to(dtype), lin.weight, lin.bias)
+        assert z.dtype == dtype
+        m = smgemm.matmul(x, lin.weight.t())
+        assert m.dtype == dtype
+        a = smgemm.addmm(lin.bias, x, lin.weight.t())
+        assert a.dtype == torch.addmm(ref.bias, x, ref.weight.t()).dtype == dtype
+    # outside the block: fp32 again
+    assert lin(x).dtype == torch.float32
+
+
+def test_autocast_leaves_fp8_and_mxfp4_alone(device):
+    a8 = randn((16, 32), torch.float8_e4m3fn, device)
+    b8 = randn((32, 16), torch.float8_e4m3fn, device)
+    w4 = smgemm.quantize_mxfp4(torch.randn(16, 64)).to(device)
+    x = randn((4, 64), torch.float32, device)
+    with _autocast(device, torch.float16):
+        assert smgemm.matmul(a8, b8).dtype == torch.bfloat16  # fp8 keeps its own rule (bf16 out)
+        y = smgemm.linear(x, w4)  # x cast to fp16; the MXFP4 weight is not touched
+        assert y.dtype == torch.float16
+    torch.testing.assert_close(y.float(), (x.half().float() @ w4.dequantize(torch.float32).t()), rtol=2e-2,
+                               atol=2e-2)
+
+
+def test_autocast_training_step_of_a_swapped_llama(device):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to(device)
+    swapped = copy.deepcopy(model)
+    smgemm.nn.swap_linears(swapped)
+    ids = torch.randint(0, 128, (2, 8), device=device)
+    losses = []
+    for m in (model, swapped):
+        with _autocast(device, torch.bfloat16):
+            loss = m(ids, labels=ids).loss
+        loss.backward()
+        losses.append(loss.item())
+    assert abs(losses[0] - losses[1]) < 2e-2 * abs(losses[0])
+    for (name, p), q in zip(model.named_parameters(), swapped.parameters()):
+        assert q.grad is not None and q.grad.dtype == torch.float32, name  # master weights stay fp32
+        scale = p.grad.abs().max().item() + 1e-6
+        assert (q.grad - p.grad).abs().max().item() <= 0.1 * scale, name  # bf16 products, either order
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [
+    ((32,), (32, 16)), ((8, 32), (32,)), ((32,), (32,)), ((2, 3, 8, 32), (32, 16)), ((2, 8, 32), (32,)),
+    ((4, 0, 32), (32, 16)), ((5, 8, 0), (0, 16)),
+])
+def test_matmul_follows_torch_matmul_shapes(a_shape, b_shape, device):
+    a, b = randn(a_shape, torch.float32, device), randn(b_shape, torch.float32, device)
+    out = smgemm.matmul(a, b)
+    want = torch.matmul(a.double(), b.double())
+    assert out.shape == want.shape
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_folds_batch_dims_of_a_view(device):
+    a = randn((3, 16, 40), torch.float16, device)[:, :, 4:36]  # not contiguous: folded with a copy
+    b = randn((16, 32), torch.float16, device).t()
+    torch.testing.assert_close(smgemm.matmul(a, b).float(), (a.float() @ b.float()), rtol=1e-2, atol=1e-2)
+    g = torch.randn(3, 8, 32, device=device, requires_grad=True)
+    smgemm.matmul(g, b.float()).sum().backward()
+    torch.testing.assert_close(g.grad, b.float().sum(1).expand(3, 8, 32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape", "match"), [
+    ((2, 4, 8), (2, 8, 4), r"batched products"),
+    ((), (4, 4), r"at least 1 dim"),
+])
+def test_matmul_refuses_what_it_does_not_do(a_shape, b_shape, match, device):
+    with pytest.raises(ValueError, match=match):
+        smgemm.matmul(torch.randn(a_shape, device=device), torch.randn(b_shape, device=device))
+
+
+def test_flop_counter_counts_smgemm(device):
+    a, b = randn((16, 32), torch.float16, device), randn((32, 8), torch.float16, device)
+    w4 = smgemm.quantize_mxfp4(torch.randn(8, 64)).to(device)
+    x = randn((16, 64), torch.bfloat16, device)
+    with FlopCounterMode(display=False) as counter:
+        smgemm.matmul(a, b)
+        smgemm.linear(x, w4)
+    assert counter.get_total_flops() == 2 * 16 * 32 * 8 + 2 * 16 * 8 * 64
+    lin = smgemm.nn.Linear(32, 8, device=device)
+    with FlopCounterMode(display=False) as counter:
+        lin(torch.randn(16, 32, device=device, requires_grad=True)).sum().backward()
+    assert counter.get_total_flops() == 3 * 2 * 16 * 32 * 8  # forward, and both gradients
+
+
+def test_fake_and_meta_tensors_get_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        y = smgemm.linear(torch.randn(2, 5, 32), torch.randn(8, 32), torch.randn(8))
+    assert y.shape == (2, 5, 8)
+    m = smgemm.matmul(torch.empty(16, 32, device="meta"), torch.empty(32, 8, device="meta"))
+    assert m.shape == (16, 8) and m.device.type == "meta"
+
+
+def test_torch_func_grad_and_per_sample_grads(device):
+    from torch.func import functional_call, grad, vmap
+
+    lin = smgemm.nn.Linear(32, 8, device=device)
+    ref = torch.nn.Linear(32, 8, device=device)
+    ref.load_state_dict(lin.state_dict())
+    x = torch.randn(4, 32, device=device)
+
+    def loss(module):
+        return lambda params, x: functional_call(module, params, (x,)).square().sum()
+
+    for transform in (grad, lambda f: vmap(grad(f), in_dims=(None, 0))):
+        xs = x if transform is grad else x.unsqueeze(1)
+        ours = transform(loss(lin))(dict(lin.named_parameters()), xs)
+        want = transform(loss(ref))(dict(ref.named_parameters()), xs)
+        for name in want:
+            torch.testing.assert_close(ours[name], want[name], rtol=1e-4, atol=1e-4)
+    y = vmap(lambda row: smgemm.matmul(row, lin.weight.t()))(x.unsqueeze(1))
+    torch.testing.assert_close(y.squeeze(1), F.linear(x, lin.weight), rtol=1e-5, atol=1e-5)
+
+
+def test_export_with_a_dynamic_batch_saves_and_loads(tmp_path, device):
+    from torch.export import Dim, export
+
+    lin = smgemm.nn.Linear(64, 32, device=device)
+    program = export(lin, (torch.randn(8, 64, device=device),), dynamic_shapes={"x": {0: Dim("M")}})
+    path = tmp_path / "linear.pt2"
+    torch.export.save(program, str(path))
+    loaded = torch.export.load(str(path)).module()
+    for m in (3, 17):
+        x = torch.randn(m, 64, device=device)
+        torch.testing.assert_close(loaded(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
