@@ -205,6 +205,10 @@ def test_a_build_short_of_shared_memory_runs_with_fewer_stages(monkeypatch):
     assert kernel.tried == [4, 3, 2] and G.LAUNCHERS["key"] is launcher
     with pytest.raises(OutOfResources):  # nothing fits: Triton's own error
         G.run_cached(Kernel(fits=0), 4, (), {}, 0, "other", num_warps=4, num_stages=3)
+    monkeypatch.setattr(G, "LAUNCHERS_MAX", 3)  # the cache of launchers is bounded
+    for key in range(10):
+        G.run_cached(Kernel(fits=4), 4, (), {}, 0, key, num_warps=4, num_stages=2)
+        assert len(G.LAUNCHERS) <= 3 and key in G.LAUNCHERS
 
 
 @pytest.mark.gpu

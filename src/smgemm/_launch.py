@@ -132,6 +132,7 @@ def epoch() -> int:
 # plan, meta-parameters, the int arguments' values, the tensors' dtypes and 16-byte alignment. Filled on first
 # use of a key; calling the launcher directly saves ~20 us of host time per call over Triton's launch path.
 LAUNCHERS: dict[tuple, Launcher] = {}
+LAUNCHERS_MAX = 1024
 
 
 class Launcher:
@@ -203,6 +204,8 @@ def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, ke
             return run_cached(kernel, grid, args, meta, device_index, key, **fewer)
         finally:
             _allocation._allocator.reset(token)
+        if len(LAUNCHERS) >= LAUNCHERS_MAX:  # bounded: a dropped key is found again in Triton's own cache
+            LAUNCHERS.clear()
         launcher = LAUNCHERS[key] = Launcher(compiled, grid)
     else:
         launcher((*args, *meta.values()), torch._C._cuda_getCurrentRawStream(device_index))
