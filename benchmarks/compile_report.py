@@ -7,7 +7,7 @@
 Shared memory, registers and spills per variant, as Triton would build it at a real launch: pointers 16-byte
 aligned, A row-major and B a transposed nn.Linear weight unless --layout says otherwise (unit strides
 specialised), other strides divisible by 16 (without those attributes Triton's pipeliner stays off and the
-numbers mean nothing). --tma / --tma-store / --flatten: the Hopper path. --mx-swap / --mx-split / --mx-prefetch:
+numbers mean nothing). --tma / --tma-store / --flatten: the Hopper path. --mx-swap / --mx-prefetch:
 the MXFP4 k-loop's variants. Add --ptx or --ttgir to dump the code, --sass for the instruction mix of the innermost
 loop that holds the MMAs (the K loop): per-thread instructions per K step, by opcode.
 
@@ -39,7 +39,7 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
-                    mx_split=False, mx_swap=False, mx_prefetch=False):
+                    mx_swap=False, mx_prefetch=False):
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -50,8 +50,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
                   A_DESC=0 if a_mx or not tma else 1 if layout[0] == "n" else 2,
                   B_DESC=0 if b_mx or not tma else 1 if layout[1] == "n" else 2, FLATTEN=flatten,
-                  D_DESC=tma_store, MX_SPLIT=mx_split, MX_SWAP=mx_swap,
-                  MX_PREFETCH=mx_prefetch and not mx_split, **unit)
+                  D_DESC=tma_store, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch, **unit)
     signature = {}
     for name in names:
         if name in consts:
@@ -124,7 +123,6 @@ def main():
     p.add_argument("--flatten", action="store_true")
     p.add_argument("--tma-store", action="store_true", help="store D through a tensor descriptor")
     p.add_argument("--layout", default="nt", help="A then B: n as stored, t transposed (nt: an nn.Linear weight)")
-    p.add_argument("--mx-split", action="store_true")
     p.add_argument("--mx-swap", action="store_true")
     p.add_argument("--mx-prefetch", action="store_true")
     p.add_argument("--ptx", action="store_true", help="print the PTX")
@@ -134,7 +132,7 @@ def main():
     tile = tuple(int(x) for x in args.tile.split(","))
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
                              a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
-                             tma_store=args.tma_store, layout=args.layout, mx_split=args.mx_split,
+                             tma_store=args.tma_store, layout=args.layout,
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch)
     if args.ptx:
         print(kernel.asm["ptx"])

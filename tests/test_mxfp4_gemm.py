@@ -59,13 +59,12 @@ def test_default_plan_between_decode_and_large_m(m, block_m, swap, device):
     assert_gemm_close(out, x, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
-@pytest.mark.parametrize("swap,split,prefetch", [(False, True, False), (True, True, False), (True, False, True),
-                                                  (False, False, True)])
+@pytest.mark.parametrize("swap,prefetch", [(False, False), (True, False), (True, True), (False, True)])
 @pytest.mark.parametrize("both", [False, True])
-def test_kernel_variants(swap, split, prefetch, both, device):
-    """The MXFP4 k-loop's variants (kernels.common.k_loop_mx): swapped operands, even / odd split, prefetch."""
+def test_kernel_variants(swap, prefetch, both, device):
+    """The MXFP4 k-loop's variants (kernels.common.k_loop_mx): swapped operands, prefetch."""
     m, n, k = 37, 70, 224
-    cfg = dataclasses.replace(SMALL, mx_swap=swap, mx_split=split, mx_prefetch=prefetch)
+    cfg = dataclasses.replace(SMALL, mx_swap=swap, mx_prefetch=prefetch)
     dtype = torch.float16 if (swap and not both) else torch.bfloat16  # fp16 A takes the fp32 expansion route
     x = randn((m, k), dtype, device)
     xq = quantize_mxfp4(x.float()) if both else x
@@ -166,7 +165,7 @@ def test_nan_scale_block_gives_nan(device):
 @pytest.mark.parametrize("config", [None, TileConfig(16, 64, 256, num_warps=4, num_stages=4),
                                     TileConfig(256, 128, 64, num_warps=8, num_stages=3, mx_swap=True),
                                     TileConfig(128, 128, 64, num_warps=8, num_stages=3, mx_swap=True, mx_prefetch=True),
-                                    TileConfig(64, 64, 128, mx_split=True), mx_config(32, 4096, 4096),
+                                    TileConfig(64, 64, 128), mx_config(32, 4096, 4096),
                                     mx_config(64, 4096, 4096), "expand"])
 def test_every_code_and_scale_is_exact_on_gpu(config):
     """Every byte (two e2m1 codes) under scales from the e8m0 extremes, read back through an identity activation:

@@ -132,9 +132,8 @@ class TileConfig:
     tma_store: bool = False  # store D through a tensor descriptor, in two halves
     flatten: bool = False  # fuse the tile loop with the K loop: the next tile's loads overlap this tile's epilogue
     # MXFP4 GEMMs only (kernels.common.k_loop_mx):
-    mx_split: bool = False  # the weight's low and high nibbles feed two dots (even / odd k), not interleaved
     mx_swap: bool = False  # compute (W @ A^T)^T: the weight tile is the dot's left operand (measured faster)
-    mx_prefetch: bool = False  # expand the next K step's weight tile while this step's dot runs (not with mx_split)
+    mx_prefetch: bool = False  # expand the next K step's weight tile while this step's dot runs
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):

@@ -74,16 +74,16 @@ def _entry(e: object) -> tuple[Key, tuple[TileConfig, str]]:
     cfg = e["config"]
     if not isinstance(cfg, dict):
         raise ValueError(f"config must be an object, got {cfg!r}")
-    unknown = sorted(set(cfg) - set(_CONFIG_INTS) - set(_CONFIG_BOOLS) - {"mx_split", "mx_swap", "mx_prefetch"})
+    unknown = sorted(set(cfg) - set(_CONFIG_INTS) - set(_CONFIG_BOOLS) - {"mx_swap", "mx_prefetch"})
     if unknown:
         raise ValueError(f"config has unknown fields {unknown}")
     for f in _CONFIG_INTS:
         if f in cfg:
             _int(cfg[f], f"config.{f}", 1)
-    for f in (*_CONFIG_BOOLS, "mx_split", "mx_swap", "mx_prefetch"):
+    for f in (*_CONFIG_BOOLS, "mx_swap", "mx_prefetch"):
         if f in cfg and not isinstance(cfg[f], bool):
             raise ValueError(f"config.{f} must be true or false, got {cfg[f]!r}")
-    if any(cfg.get(f) for f in ("mx_split", "mx_swap", "mx_prefetch")):
+    if any(cfg.get(f) for f in ("mx_swap", "mx_prefetch")):
         raise ValueError("config.mx_* apply to MXFP4 GEMMs, which tuning files do not cover")
     config = TileConfig(**cfg)  # block sizes: powers of two >= 16
     warps = config.num_warps

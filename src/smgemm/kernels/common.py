@@ -169,7 +169,7 @@ def k_loop(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
-    MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr,
+    MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end).
 
@@ -186,7 +186,7 @@ def k_loop(
         acc = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-            A_MX, MX_FP16, A_DESC, MX_SPLIT, MX_SWAP, MX_PREFETCH,
+            A_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH,
         )
     else:
         acc = k_loop_dense(
@@ -249,24 +249,20 @@ def k_loop_mx(
     pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
-    A_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr,
+    A_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
     MX_PREFETCH: tl.constexpr,
 ):
     """k_loop with an MXFP4 weight W [N, K/2] (scales in mxw) and A bf16 / fp16 (dense, read per A_DESC) or MXFP4
     (A_MX: [M, K/2], scales in mxa). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator of A @ W^T.
 
     The tiles are dequantized in registers (exactly) to bf16 (`mx_dequant_bf16`; fp16 when MX_FP16, to match an fp16
-    A) and fed to `tl.dot`. (`tl.dot_scaled`, which Triton emulates on Hopper the same way, measured slower:
-    docs/performance.md.)
-    MX_SPLIT keeps the packed order instead of interleaving the nibbles: the low nibbles (even k) and the high ones
-    (odd k) each make a [rows, BLOCK_K / 2] operand, multiplied with A's even and odd columns by two dots.
+    A) and fed to `tl.dot`. (`tl.dot_scaled`, which Triton emulates on Hopper the same way, measured slower.)
     MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end, the
     weight tile being the dot's left operand. Measured faster with 256 x 128 tiles; Triton 3.6 still stages the
     expanded tile through shared memory (an SS wgmma, m64n256k16: benchmarks/compile_report.py --ptx).
-    MX_PREFETCH (not with MX_SPLIT) expands the next step's weight tile after issuing this step's dot, so that the
-    expansion can run while the tensor cores work.
+    MX_PREFETCH expands the next step's weight tile after issuing this step's dot, so that the expansion can run
+    while the tensor cores work.
     """
-    HALF: tl.constexpr = BLOCK_K // 2
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
     if MX_SWAP:
@@ -280,51 +276,31 @@ def k_loop_mx(
         k0 = it * BLOCK_K
         if MX_PREFETCH:  # expanded during the previous step's dot
             b_w = w_next
-        elif MX_SPLIT and not MX_FP16:  # even / odd straight from the nibbles
-            w_even, w_odd = mx_dequant_bf16(*load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
-                                                         BLOCK_N, BLOCK_K, EVEN_K), BLOCK_N, BLOCK_K, INTERPRETER)
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
                                  BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16)
-            if MX_SPLIT:  # fp16: the rounded tile, split
-                w_even, w_odd = tl.split(b_w.reshape(BLOCK_N, HALF, 2))
         if A_MX:
             a_packed, a_scales = load_mx_raw(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, k0, K,
                                              BLOCK_M, BLOCK_K, EVEN_K)
             a_even, a_odd = mx_dequant_bf16(a_packed, a_scales, BLOCK_M, BLOCK_K, INTERPRETER)
-            if not MX_SPLIT:
-                b_a = tl.join(a_even, a_odd).reshape(BLOCK_M, BLOCK_K)
+            b_a = tl.join(a_even, a_odd).reshape(BLOCK_M, BLOCK_K)
+        elif A_DESC == 1:
+            b_a = a_ptr.load([pid_m * BLOCK_M, k0])
+        elif A_DESC == 2:
+            b_a = tl.trans(a_ptr.load([k0, pid_m * BLOCK_M]))
         else:
-            if A_DESC == 1:
-                b_a = a_ptr.load([pid_m * BLOCK_M, k0])
-            elif A_DESC == 2:
-                b_a = tl.trans(a_ptr.load([k0, pid_m * BLOCK_M]))
+            p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
+            if EVEN_K:
+                b_a = tl.load(p_a)
             else:
-                p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
-                if EVEN_K:
-                    b_a = tl.load(p_a)
-                else:
-                    b_a = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
-            if MX_SPLIT:
-                a_even, a_odd = tl.split(b_a.reshape(BLOCK_M, HALF, 2))
-        if MX_SPLIT:
-            if INTERPRETER:
-                a_even, a_odd = a_even.to(tl.float32), a_odd.to(tl.float32)
-                w_even, w_odd = w_even.to(tl.float32), w_odd.to(tl.float32)
-            if MX_SWAP:  # [BN, BK / 2] @ [BK / 2, BM] -> [BN, BM], twice
-                acc = tl.dot(w_even, tl.trans(a_even), acc)
-                acc = tl.dot(w_odd, tl.trans(a_odd), acc)
-            else:  # [BM, BK / 2] @ [BK / 2, BN] -> [BM, BN], twice
-                acc = tl.dot(a_even, tl.trans(w_even), acc)
-                acc = tl.dot(a_odd, tl.trans(w_odd), acc)
-        else:
-            if INTERPRETER:
-                b_a = b_a.to(tl.float32)
-                b_w = b_w.to(tl.float32)
-            if MX_SWAP:  # [BN, BK] @ [BK, BM] -> [BN, BM]
-                acc = tl.dot(b_w, tl.trans(b_a), acc)
-            else:  # [BM, BK] @ [BK, BN] -> [BM, BN]
-                acc = tl.dot(b_a, tl.trans(b_w), acc)
+                b_a = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
+        if INTERPRETER:
+            b_a = b_a.to(tl.float32)
+            b_w = b_w.to(tl.float32)
+        if MX_SWAP:  # [BN, BK] @ [BK, BM] -> [BN, BM]
+            acc = tl.dot(b_w, tl.trans(b_a), acc)
+        else:  # [BM, BK] @ [BK, BN] -> [BM, BN]
+            acc = tl.dot(b_a, tl.trans(b_w), acc)
         if MX_PREFETCH:  # the last step re-expands its own tile: harmless, and no branch in the loop
             w_next = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw,
                                     tl.minimum(it + 1, iter_end - 1) * BLOCK_K, K,

@@ -46,7 +46,7 @@ def gemm_kernel(
     INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     STREAMK: tl.constexpr, FIXUP_N: tl.constexpr, FLAG_LANES: tl.constexpr, RECORD_SMID: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
-    FLATTEN: tl.constexpr, D_DESC: tl.constexpr, MX_SPLIT: tl.constexpr, MX_SWAP: tl.constexpr,
+    FLATTEN: tl.constexpr, D_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
     MX_PREFETCH: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -86,7 +86,7 @@ def gemm_kernel(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, 0, k_iters,
             BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
-            A_DESC, B_DESC, MX_SPLIT, MX_SWAP, MX_PREFETCH,
+            A_DESC, B_DESC, MX_SWAP, MX_PREFETCH,
         )
         epilogue(
             acc, pid_m, pid_n, M, N, d_ptr, d_desc, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
@@ -129,7 +129,7 @@ def gemm_kernel(
                 a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa,
                 stride_mxb, pid_m, pid_n, seg_start - tile_start, seg_end - tile_start,
                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
-                A_DESC, B_DESC, MX_SPLIT, MX_SWAP, MX_PREFETCH,
+                A_DESC, B_DESC, MX_SWAP, MX_PREFETCH,
             )
             if seg_end < tile_start + k_iters:
                 # The tile's last iterations belong to pid + 1: publish this partial sum for it. At most one per
