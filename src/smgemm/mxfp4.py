@@ -73,6 +73,22 @@ class MXFP4Tensor:
     def to(self, device) -> MXFP4Tensor:
         return MXFP4Tensor(self.data.to(device), self.scales.to(device))
 
+    def to_torch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same bits as torch's own MXFP4 dtypes: (data as `torch.float4_e2m1fn_x2`, scales as
+        `torch.float8_e8m0fnu`), views without a copy. Both store element 2i in the low nibble of byte i and the
+        scale's exponent as the e8m0 byte. Needs a torch that has those dtypes."""
+        fp4, e8m0 = _torch_mx_dtypes()
+        return self.data.view(fp4), self.scales.view(e8m0)
+
+    @classmethod
+    def from_torch(cls, data: torch.Tensor, scales: torch.Tensor) -> MXFP4Tensor:
+        """An MXFP4Tensor from torch's `torch.float4_e2m1fn_x2` data and `torch.float8_e8m0fnu` scales (views)."""
+        fp4, e8m0 = _torch_mx_dtypes()
+        if data.dtype != fp4 or scales.dtype != e8m0:
+            raise TypeError(f"data must be {fp4} and scales {e8m0}, got {data.dtype} and {scales.dtype}")
+        return cls(data.view(torch.uint8), scales.view(torch.uint8))
+
+
     def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
         """The represented values in `dtype` (exact in bf16 and fp32; fp16 may overflow or flush extreme scales)."""
         lo, hi = self.data & 0xF, self.data >> 4
@@ -87,6 +103,13 @@ class MXFP4Tensor:
         scale = torch.where(self.scales == _SCALE_NAN, torch.nan, scale)
         values = values.unflatten(-1, (-1, BLOCK)) * scale.unsqueeze(-1)
         return values.flatten(-2).to(dtype)
+
+
+def _torch_mx_dtypes() -> tuple[torch.dtype, torch.dtype]:
+    fp4, e8m0 = getattr(torch, "float4_e2m1fn_x2", None), getattr(torch, "float8_e8m0fnu", None)
+    if fp4 is None or e8m0 is None:
+        raise RuntimeError(f"torch {torch.__version__} has no float4_e2m1fn_x2 / float8_e8m0fnu dtypes")
+    return fp4, e8m0
 
 
 def _encode_e2m1(v: torch.Tensor) -> torch.Tensor:

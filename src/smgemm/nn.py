@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from ._checks import check_knobs
-from .mxfp4 import MXFP4Tensor, quantize_mxfp4
+from .mxfp4 import BLOCK, MXFP4Tensor, quantize_mxfp4
 from .ops import linear
 
 
@@ -51,6 +51,12 @@ class Linear(torch.nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, num_sms=self.num_sms, schedule=self.schedule)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if prefix + "weight_data" in state_dict:
+            raise RuntimeError(f"{prefix.rstrip('.') or 'the module'}: the checkpoint holds an MXFP4 weight for this "
+                               "dense Linear; load it with smgemm.nn.load_mxfp4(model, state_dict)")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, num_sms={self.num_sms}, schedule={self.schedule}"
 
@@ -75,6 +81,18 @@ class MXFP4Linear(torch.nn.Module):
         self.num_sms, self.schedule = num_sms, schedule
 
     @classmethod
+    def empty(cls, in_features: int, out_features: int, bias: bool = True, *, dtype: torch.dtype = torch.bfloat16,
+              device=None, num_sms: int | None = None, schedule: str | None = None) -> MXFP4Linear:
+        """A layer with zero MXFP4 buffers (and a zero `dtype` bias) to load a checkpoint into: nothing is
+        quantized. `in_features` must be a multiple of 32."""
+        if in_features % BLOCK:
+            raise ValueError(f"in_features must be a multiple of {BLOCK} for MXFP4, got {in_features}")
+        data = torch.zeros(out_features, in_features // 2, dtype=torch.uint8, device=device)
+        scales = torch.zeros(out_features, in_features // BLOCK, dtype=torch.uint8, device=device)
+        b = torch.zeros(out_features, dtype=dtype, device=device) if bias else None
+        return cls(MXFP4Tensor(data, scales), b, num_sms=num_sms, schedule=schedule)
+
+    @classmethod
     def from_linear(cls, module: torch.nn.Linear, *, rounding: str = "floor", num_sms: int | None = None,
                     schedule: str | None = None) -> MXFP4Linear:
         """Quantize `module`'s weight (in_features a multiple of 32); the bias is shared with `module`."""
@@ -92,9 +110,38 @@ class MXFP4Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, num_sms=self.num_sms, schedule=self.schedule)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if prefix + "weight" in state_dict and prefix + "weight_data" not in state_dict:
+            raise RuntimeError(f"{prefix.rstrip('.') or 'the module'}: the checkpoint holds a dense weight for this "
+                               "MXFP4 layer; load it into the unswapped model, then swap_linears(..., mxfp4=True)")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"mxfp4, num_sms={self.num_sms}, schedule={self.schedule}")
+
+
+class SwapReport(list):
+    """The qualified names `swap_linears` replaced (a list), and in `skipped` those it left as they were, each with
+    its reason."""
+
+    skipped: dict[str, str]
+
+    def __init__(self, names=(), skipped=None):
+        super().__init__(names)
+        self.skipped = dict(skipped or {})
+
+
+def _mxfp4_problem(module: torch.nn.Linear, shared: set[int]) -> str | None:
+    """Why `module` cannot become an MXFP4Linear, or None."""
+    if module.in_features % BLOCK:
+        return f"in_features {module.in_features} is not a multiple of {BLOCK}"
+    if id(module.weight) in shared:
+        return "its weight is tied to another module's parameter (quantizing would untie it)"
+    if module.weight.dtype not in (torch.bfloat16, torch.float16):
+        return (f"its weight is {module.weight.dtype}: MXFP4 layers take bf16 / fp16 activations (convert the model "
+                "with .bfloat16() first)")
+    return None
 
 
 def swap_linears(
@@ -104,31 +151,90 @@ def swap_linears(
     num_sms: int | None = None,
     schedule: str | None = None,
     mxfp4: bool = False,
-) -> list[str]:
+    incompatible: str = "raise",
+) -> SwapReport:
     """Replace, in place, every `torch.nn.Linear` of `model` (exactly that type, not subclasses) for which
     `filter(qualified_name, module)` is true by an smgemm `Linear` sharing its parameters (`mxfp4=True`: an
     `MXFP4Linear` with the weight quantized; frozen).
 
-    Returns the qualified names replaced. A Linear that appears under several names (shared) becomes one smgemm
-    Linear, still shared.
+    With `mxfp4=True` every chosen layer is checked before any is changed: its in_features must be a multiple of 32,
+    its weight bf16 or fp16, and not tied to a parameter outside it (an lm_head sharing the embedding). A layer that
+    fails raises ValueError naming it (`incompatible="raise"`), or stays as it is and is listed in the result's
+    `skipped` (`incompatible="skip"`).
+
+    Returns the qualified names replaced (a `SwapReport`). A Linear that appears under several names (shared)
+    becomes one smgemm Linear, still shared.
     """
     check_knobs(schedule, num_sms)
+    if incompatible not in ("raise", "skip"):
+        raise ValueError(f"incompatible must be 'raise' or 'skip', got {incompatible!r}")
     if isinstance(model, torch.nn.Linear):
         raise TypeError("model is itself a Linear: use smgemm.nn.Linear.from_linear(model)")
-    swapped: dict[int, torch.nn.Module] = {}
-    names = []
     targets = [(name, parent, child_name, child)
                for name, parent in model.named_modules(remove_duplicate=False)
                for child_name, child in parent.named_children()]
-    for parent_name, parent, child_name, child in targets:
-        if type(child) is not torch.nn.Linear and id(child) not in swapped:
-            continue
+    chosen: dict[int, str] = {}
+    for parent_name, _, child_name, child in targets:
         qualified = f"{parent_name}.{child_name}" if parent_name else child_name
+        if type(child) is torch.nn.Linear and id(child) not in chosen and (filter is None or filter(qualified, child)):
+            chosen[id(child)] = qualified
+    skipped = {}
+    if mxfp4:
+        owners = {}  # parameter id -> the modules that hold it
+        for module in model.modules():
+            for p in module.parameters(recurse=False):
+                owners.setdefault(id(p), set()).add(id(module))
+        shared = {pid for pid, mods in owners.items() if len(mods) > 1}
+        for _, _, _, child in targets:
+            if id(child) in chosen:
+                problem = _mxfp4_problem(child, shared)
+                if problem is not None:
+                    if incompatible == "raise":
+                        raise ValueError(f"{chosen[id(child)]}: cannot become an MXFP4 layer: {problem}")
+                    skipped[chosen.pop(id(child))] = problem
+    swapped: dict[int, torch.nn.Module] = {}
+    names = []
+    for parent_name, parent, child_name, child in targets:
+        if id(child) not in chosen and id(child) not in swapped:
+            continue
         if id(child) not in swapped:
-            if filter is not None and not filter(qualified, child):
-                continue
             cls = MXFP4Linear if mxfp4 else Linear
             swapped[id(child)] = cls.from_linear(child, num_sms=num_sms, schedule=schedule)
         setattr(parent, child_name, swapped[id(child)])
-        names.append(qualified)
-    return names
+        names.append(f"{parent_name}.{child_name}" if parent_name else child_name)
+    return SwapReport(names, skipped)
+
+
+def load_mxfp4(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], *, strict: bool = True,
+               num_sms: int | None = None, schedule: str | None = None) -> SwapReport:
+    """Load a checkpoint of a model swapped with `swap_linears(..., mxfp4=True)` into a fresh, unswapped `model`:
+    every `torch.nn.Linear` whose MXFP4 buffers (`<name>.weight_data`, `<name>.weight_scales`) the checkpoint holds
+    becomes an empty `MXFP4Linear` (nothing is quantized), then `model.load_state_dict(state_dict, strict)` fills
+    everything. `state_dict` is what `torch.load(path, weights_only=True)` or `safetensors.torch.load_file` returns.
+
+        model = AutoModelForCausalLM.from_config(config).bfloat16()
+        smgemm.nn.load_mxfp4(model, torch.load("model.pt", weights_only=True))
+
+    Returns the qualified names turned into MXFP4 layers. A layer whose shape differs from the checkpoint's raises,
+    naming it (as load_state_dict does).
+    """
+    check_knobs(schedule, num_sms)
+    names = []
+    replaced: dict[int, torch.nn.Module] = {}
+    for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
+        for child_name, child in list(parent.named_children()):
+            qualified = f"{parent_name}.{child_name}" if parent_name else child_name
+            if type(child) is not torch.nn.Linear or qualified + ".weight_data" not in state_dict:
+                continue
+            if id(child) not in replaced:
+                packed = state_dict[qualified + ".weight_data"]
+                if tuple(packed.shape) != (child.out_features, child.in_features // 2):
+                    raise ValueError(f"{qualified}: the checkpoint's weight_data is {tuple(packed.shape)}, the layer "
+                                     f"needs {(child.out_features, child.in_features // 2)}")
+                replaced[id(child)] = MXFP4Linear.empty(
+                    child.in_features, child.out_features, child.bias is not None, dtype=child.weight.dtype,
+                    device=child.weight.device, num_sms=num_sms, schedule=schedule)
+            setattr(parent, child_name, replaced[id(child)])
+            names.append(qualified)
+    model.load_state_dict(state_dict, strict=strict)
+    return SwapReport(names)
