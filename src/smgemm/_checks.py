@@ -60,8 +60,13 @@ def check_knobs(schedule: object, num_sms: object) -> None:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
 
 
+_REALS = (float, int, bool)
+
+
 def check_scalars(alpha: object, beta: object) -> None:
     """alpha and beta must be real numbers, as torch.addmm's (a str, None or complex is a TypeError)."""
+    if type(alpha) in _REALS and type(beta) in _REALS:  # the common case, without the ABC check's cost
+        return
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, numbers.Real):
             raise TypeError(f"{name} must be a real number (int or float), got {type(value).__name__} {value!r}")
@@ -78,7 +83,8 @@ def resolve_out_dtype(in_dtype: torch.dtype, out_dtype: object) -> torch.dtype:
 def check_call(schedule: object, num_sms: object, alpha: object = 1.0, beta: object = 1.0,
                out_dtype: object = None) -> None:
     """The checks of a call's non-tensor arguments."""
-    check_knobs(schedule, num_sms)
+    if schedule is not None or num_sms is not None:
+        check_knobs(schedule, num_sms)
     check_scalars(alpha, beta)
     if out_dtype is not None:
         resolve_out_dtype(torch.float32, out_dtype)

@@ -28,7 +28,7 @@ from ._device import device_spec, tf32_enabled
 from ._launch import Operands, launch, run_cached, static_args, tensor_args
 from .kernels.mx_expand import mx_expand_kernel
 from .mxfp4 import MXFP4Tensor
-from .plan import Plan, TileConfig, decide, mx_expands, overrides_version, resolve_budget
+from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, resolve_budget
 from .tuning import lookup, tuning_version
 
 
@@ -135,7 +135,7 @@ def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_
             entry, *_tensor_signature(a), *_tensor_signature(b), *_tensor_signature(c), c is not None and beta != 0,
             *_tensor_signature(scale_a), *_tensor_signature(scale_b), out_dtype, schedule, type(num_sms), num_sms,
             config, getattr(a, "dtype", None) == torch.float32 and tf32_enabled(), tuning_version(),
-            overrides_version(),
+            _OVERRIDES.version,
         )
     except (AttributeError, TypeError, RuntimeError):  # not tensors (the checks will say so), unhashable knobs
         return None

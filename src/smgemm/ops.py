@@ -93,16 +93,22 @@ _FUNCTORCH = getattr(torch._C, "_functorch", None)
 def _via_dispatcher(*tensors) -> bool:
     """Whether this call must go through the custom op rather than straight to the kernel: autograd must record it,
     torch.compile traces it, or a torch subsystem must see it (a dispatch or function mode such as FakeTensorMode or
-    FlopCounterMode, a tensor subclass such as DTensor, a functorch transform such as vmap or grad, a meta tensor)."""
-    if _tracked(*tensors) or torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
-        return True
-    if torch._C._is_torch_function_mode_enabled() or (
+    FlopCounterMode, a tensor subclass such as DTensor, a functorch transform such as vmap or grad, a meta tensor).
+    Cheap C queries first and one pass over the tensors: this runs on every eager call."""
+    if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() or (
             _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None):
         return True
+    grad = torch.is_grad_enabled()
     for t in tensors:
-        if t is not None and isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.device.type == "meta"):
+        if t is None:
+            continue
+        kind = type(t)
+        if kind is torch.Tensor or kind is torch.nn.Parameter:
+            if (grad and t.requires_grad) or t.is_meta:
+                return True
+        elif isinstance(t, torch.Tensor):  # a subclass (DTensor, ...)
             return True
-    return False
+    return torch.compiler.is_compiling()
 
 
 _AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -112,6 +118,8 @@ def _autocast(device: torch.device, *tensors):
     """`tensors` as torch.autocast casts the inputs of matmul / addmm / linear (its lower-precision ops): floating
     tensors to the autocast dtype of `device`'s type while autocast is on for it; others (fp8, MXFP4, None, bad
     arguments the checks will name) as they are."""
+    if not torch._C._is_any_autocast_enabled():
+        return tensors
     kind = device.type if device.type in ("cuda", "cpu") else None
     if kind is None or not torch.is_autocast_enabled(kind):
         return tensors
@@ -137,7 +145,7 @@ def _run(
     torch.compile)."""
     check_call(schedule, num_sms, alpha, beta, out_dtype)
     schedule, num_sms = _resolve(schedule, num_sms)
-    if isinstance(a, torch.Tensor) and a.dtype != torch.float8_e4m3fn:
+    if torch._C._is_any_autocast_enabled() and isinstance(a, torch.Tensor) and a.dtype != torch.float8_e4m3fn:
         a, b, c = _autocast(a.device, a, b, c)
     if out is not None:
         if _tracked(a, b, c, scale_a, scale_b, out):
