@@ -95,6 +95,8 @@ def _via_dispatcher(*tensors) -> bool:
     torch.compile traces it, or a torch subsystem must see it (a dispatch or function mode such as FakeTensorMode or
     FlopCounterMode, a tensor subclass such as DTensor, a functorch transform such as vmap or grad, a meta tensor).
     Cheap C queries first and one pass over the tensors: this runs on every eager call."""
+    if torch.compiler.is_compiling():  # first: Dynamo cannot trace the C queries below
+        return True
     if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() or (
             _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None):
         return True
@@ -108,7 +110,7 @@ def _via_dispatcher(*tensors) -> bool:
                 return True
         elif isinstance(t, torch.Tensor):  # a subclass (DTensor, ...)
             return True
-    return torch.compiler.is_compiling()
+    return False
 
 
 _AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -118,7 +120,7 @@ def _autocast(device: torch.device, *tensors):
     """`tensors` as torch.autocast casts the inputs of matmul / addmm / linear (its lower-precision ops): floating
     tensors to the autocast dtype of `device`'s type while autocast is on for it; others (fp8, MXFP4, None, bad
     arguments the checks will name) as they are."""
-    if not torch._C._is_any_autocast_enabled():
+    if not torch.compiler.is_compiling() and not torch._C._is_any_autocast_enabled():  # Dynamo: not traceable
         return tensors
     kind = device.type if device.type in ("cuda", "cpu") else None
     if kind is None or not torch.is_autocast_enabled(kind):
@@ -145,7 +147,8 @@ def _run(
     torch.compile)."""
     check_call(schedule, num_sms, alpha, beta, out_dtype)
     schedule, num_sms = _resolve(schedule, num_sms)
-    if torch._C._is_any_autocast_enabled() and isinstance(a, torch.Tensor) and a.dtype != torch.float8_e4m3fn:
+    if (torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled()) and isinstance(a, torch.Tensor) \
+            and a.dtype != torch.float8_e4m3fn:  # (Dynamo cannot trace the C query: it sees autocast itself)
         a, b, c = _autocast(a.device, a, b, c)
     if out is not None:
         if _tracked(a, b, c, scale_a, scale_b, out):
