@@ -34,12 +34,13 @@ from smgemm.plan import TileConfig
 
 _POINTERS = {"d_ptr": "*bf16", "c_ptr": "*fp32", "sa_ptr": "*fp32", "sb_ptr": "*fp32", "mxa_ptr": "*u8",
              "mxb_ptr": "*u8", "ws_ptr": "*fp32", "smid_ptr": "*i32"}
-_DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stride_mxa", "stride_mxb", "K", "N")
+_DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stride_mxa", "stride_mxb", "K", "N",
+          "stride_ab", "stride_bb", "stride_db")
 
 
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
-                    mx_swap=False, mx_prefetch=False):
+                    mx_swap=False, mx_prefetch=False, batched=False):
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -50,7 +51,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
                   A_DESC=0 if a_mx or not tma else 1 if layout[0] == "n" else 2,
                   B_DESC=0 if b_mx or not tma else 1 if layout[1] == "n" else 2, FLATTEN=flatten,
-                  D_DESC=tma_store, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch, **unit)
+                  D_DESC=tma_store, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch, BATCHED=batched, **unit)
     signature = {}
     for name in names:
         if name in consts:
@@ -128,12 +129,13 @@ def main():
     p.add_argument("--ptx", action="store_true", help="print the PTX")
     p.add_argument("--sass", action="store_true", help="the K loop's instruction mix (per thread, per K step)")
     p.add_argument("--ttgir", action="store_true", help="print the TTGIR")
+    p.add_argument("--batched", action="store_true", help="the batched kernel (pointer path)")
     args = p.parse_args()
     tile = tuple(int(x) for x in args.tile.split(","))
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
                              a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
                              tma_store=args.tma_store, layout=args.layout,
-                             mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch)
+                             mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched)
     if args.ptx:
         print(kernel.asm["ptx"])
     if args.ttgir:

@@ -32,7 +32,15 @@ def _mx(on, n=8, k=32):
 # (id, call(on), exception type, message regex). Every call is a public function.
 BAD_CALLS = [
     ("a-0d", lambda on: smgemm.matmul(on(), on(4, 4)), ValueError, r"at least 1 dim"),
-    ("b-3d", lambda on: smgemm.matmul(on(4, 4), on(2, 4, 4)), ValueError, r"batched products"),
+    ("batch-mismatch", lambda on: smgemm.matmul(on(3, 4, 4), on(2, 4, 4)), ValueError, r"do not broadcast"),
+    ("bmm-2d", lambda on: smgemm.bmm(on(4, 4), on(2, 4, 4)), ValueError, r"a must be 3-D \(B, M, K\)"),
+    ("bmm-batch", lambda on: smgemm.bmm(on(3, 4, 4), on(2, 4, 4)), ValueError, r"same batch size, got 3 and 2"),
+    ("bmm-k", lambda on: smgemm.bmm(on(2, 4, 5), on(2, 4, 4)), ValueError, r"a.shape\[2\] \(K=5\) must equal"),
+    ("bmm-fp8", lambda on: smgemm.bmm(on(2, 4, 32, dtype=FP8), on(2, 32, 4, dtype=FP8)), TypeError,
+     r"unsupported dtype torch.float8_e4m3fn for a batched product"),
+    ("baddbmm-input", lambda on: smgemm.baddbmm(on(3, 4, 4), on(2, 4, 4), on(2, 4, 4)), ValueError,
+     r"input must be broadcastable to \(B, M, N\)"),
+    ("bmm-num_sms", lambda on: smgemm.bmm(on(2, 4, 4), on(2, 4, 4), num_sms=0), ValueError, r"num_sms"),
     ("addmm-a-1d", lambda on: smgemm.addmm(on(4), on(4), on(4, 4)), ValueError, r"a must be 2-D"),
     ("k-mismatch", lambda on: smgemm.matmul(on(4, 5), on(6, 4)), ValueError,
      r"a.shape\[1\] \(K=5\) must equal b.shape\[0\]"),

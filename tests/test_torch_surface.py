@@ -75,7 +75,8 @@ def test_autocast_training_step_of_a_swapped_llama(device):
 
 
 @pytest.mark.parametrize(("a_shape", "b_shape"), [
-    ((32,), (32, 16)), ((8, 32), (32,)), ((32,), (32,)), ((2, 3, 8, 32), (32, 16)), ((2, 8, 32), (32,)),
+    ((2, 8, 32), (2, 32, 16)), ((8, 32), (3, 32, 16)), ((2, 1, 8, 32), (3, 32, 16)), ((32,), (2, 32, 16)),
+    ((4, 2, 8, 32), (2, 32, 16)), ((32,), (32, 16)), ((8, 32), (32,)), ((32,), (32,)), ((2, 3, 8, 32), (32, 16)), ((2, 8, 32), (32,)),
     ((4, 0, 32), (32, 16)), ((5, 8, 0), (0, 16)),
 ])
 def test_matmul_follows_torch_matmul_shapes(a_shape, b_shape, device):
@@ -96,7 +97,7 @@ def test_matmul_folds_batch_dims_of_a_view(device):
 
 
 @pytest.mark.parametrize(("a_shape", "b_shape", "match"), [
-    ((2, 4, 8), (2, 8, 4), r"batched products"),
+    ((3, 4, 8), (2, 8, 4), r"do not broadcast"),
     ((), (4, 4), r"at least 1 dim"),
 ])
 def test_matmul_refuses_what_it_does_not_do(a_shape, b_shape, match, device):

@@ -4,6 +4,7 @@
     y = smgemm.matmul(a, b, num_sms=66)          # never occupies more than 66 SMs
     y = smgemm.addmm(bias, a, b, schedule="persistent")
     y = smgemm.linear(x, weight, bias)
+    y = smgemm.bmm(q, k.transpose(1, 2), num_sms=66)   # batched: one launch, the budget across the batch
     with smgemm.sm_budget(100):                   # a block of code, modules included
         y = model(x)
     smgemm.nn.swap_linears(model)                 # nn.Linear -> smgemm.nn.Linear, in place
@@ -18,11 +19,11 @@ in CUDA graphs.
 from . import nn
 from ._device import Rates
 from .mxfp4 import MXFP4Tensor, quantize_mxfp4
-from .ops import addmm, linear, matmul, sm_budget
+from .ops import addmm, baddbmm, bmm, linear, matmul, sm_budget
 from .partition import SMPartition
 from .plan import SCHEDULES, Plan, TileConfig, make_plan, overrides
 from .tuning import use_tuning
 
-__all__ = ["SCHEDULES", "MXFP4Tensor", "Plan", "Rates", "SMPartition", "TileConfig", "addmm", "linear", "make_plan",
-           "matmul", "nn", "overrides", "quantize_mxfp4", "sm_budget", "use_tuning"]
+__all__ = ["SCHEDULES", "MXFP4Tensor", "Plan", "Rates", "SMPartition", "TileConfig", "addmm", "baddbmm", "bmm",
+           "linear", "make_plan", "matmul", "nn", "overrides", "quantize_mxfp4", "sm_budget", "use_tuning"]
 __version__ = "0.1.0"

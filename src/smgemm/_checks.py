@@ -182,6 +182,57 @@ def check_gemm(a, b, c, beta, out, out_dtype, scale_a, scale_b) -> Checked:
     return Checked(m, k, n, out_dtype, c if beta != 0 else None, stride_sa, stride_sb)
 
 
+class CheckedBatch(NamedTuple):
+    """What the data-free checks derive from a batched call."""
+
+    batch: int
+    m: int
+    k: int
+    n: int
+    out_dtype: torch.dtype
+    c: torch.Tensor | None  # input expanded to [batch, M, N], None when not read
+
+
+def check_bmm(a, b, c, beta, out, out_dtype) -> CheckedBatch:
+    """Every check of a batched product a [B, M, K] @ b [B, K, N] that needs no data; `c` broadcasts to
+    [B, M, N] (as torch.baddbmm's input)."""
+    check_tensor("a", a)
+    check_tensor("b", b)
+    if a.dim() != 3:
+        raise ValueError(f"a must be 3-D (B, M, K), got shape {tuple(a.shape)}")
+    if b.dim() != 3:
+        raise ValueError(f"b must be 3-D (B, K, N), got shape {tuple(b.shape)}")
+    (batch, m, k), (bb, kb, n) = a.shape, b.shape
+    if batch != bb:
+        raise ValueError(f"a and b must have the same batch size, got {batch} and {bb}")
+    if k != kb:
+        raise ValueError(f"a.shape[2] (K={k}) must equal b.shape[1] (got {kb}): a is {tuple(a.shape)}, "
+                         f"b is {tuple(b.shape)}")
+    if a.dtype not in INPUT_DTYPES or a.dtype == _FP8:
+        raise TypeError(f"a has unsupported dtype {a.dtype} for a batched product; supported: bf16, fp16, fp32")
+    if b.dtype != a.dtype:
+        raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
+    check_device("b", b, a.device)
+    out_dtype = resolve_out_dtype(a.dtype, out_dtype)
+    if c is not None:
+        check_tensor("input", c)
+        check_device("input", c, a.device)
+        if c.dtype not in OUTPUT_DTYPES:
+            raise TypeError(f"input must be one of {OUTPUT_DTYPES}, got {c.dtype}")
+        if c.dim() > 3 or any(s not in (1, t) for s, t in zip(reversed(c.shape), (n, m, batch))):
+            raise ValueError(f"input must be broadcastable to (B, M, N) = ({batch}, {m}, {n}), got shape "
+                             f"{tuple(c.shape)}")
+        c = c.expand(batch, m, n)
+    if out is not None:
+        check_tensor("out", out)
+        check_device("out", out, a.device)
+        if tuple(out.shape) != (batch, m, n):
+            raise ValueError(f"out must have shape (B, M, N) = ({batch}, {m}, {n}), got {tuple(out.shape)}")
+        if out.dtype != out_dtype:
+            raise TypeError(f"out must have dtype {out_dtype} (the result dtype), got {out.dtype}")
+    return CheckedBatch(batch, m, k, n, out_dtype, c if beta != 0 else None)
+
+
 def mx_dot_dtype(a: torch.Tensor | MXFP4Tensor) -> torch.dtype:
     """The dtype an MXFP4 GEMM with activations `a` multiplies in: bf16 for MXFP4 activations, else a's."""
     return torch.bfloat16 if isinstance(a, MXFP4Tensor) else a.dtype

@@ -15,6 +15,7 @@ import torch
 
 from ._checks import (
     check_backend,
+    check_bmm,
     check_call,
     check_gemm,
     check_memory,
@@ -32,7 +33,7 @@ from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, resolve_budg
 from .tuning import lookup, tuning_version
 
 
-def _empty(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Every output smgemm allocates comes from here (tests poison it with NaN to catch unwritten tiles)."""
     return torch.empty(shape, dtype=dtype, device=device)
 
@@ -86,6 +87,47 @@ def gemm(
                   tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned)
     ops = Operands(a, b, out, c, scale_a, scale_b, smid_out)
     ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(a, b, out, c, scale_a, scale_b))
+    return _finish(key, plan, ops, ints, meta, alpha, beta)
+
+
+def gemm_batched(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    c: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    schedule: str = "auto",
+    num_sms: int | None = None,
+    config: TileConfig | None = None,
+) -> torch.Tensor:
+    """alpha * a[i] @ b[i] + beta * c[i] for every i of a [B, M, K] and b [B, K, N], in one launch whose grid obeys
+    `num_sms` across the whole batch (the tiles of all B products share one persistent or Stream-K schedule)."""
+    key = None
+    if out is None and alpha != 0:
+        key = _signature("gemm_batched", a, b, c, beta, out_dtype, None, None, schedule, num_sms, config)
+        repeated = _repeat_call(key, a, b, c, None, None, alpha, beta)
+        if repeated is not None:
+            return repeated
+    check_call(schedule, num_sms, alpha, beta)
+    a, b, c = (resolve_neg(t) for t in (a, b, c))
+    batch, m, k, n, out_dtype, c = check_bmm(a, b, c, beta, out, out_dtype)
+    check_backend(a.device)
+    if out is None:
+        out = _empty((batch, m, n), out_dtype, a.device)
+    else:
+        check_memory(out, c, [("a", a), ("b", b)])
+    if batch == 0 or m == 0 or n == 0:
+        return out
+    if k == 0 or alpha == 0:
+        return _empty_product(out, c, beta)
+    spec = device_spec(a.device)
+    plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
+                  tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, batch=batch)
+    ops = Operands(a, b, out, c)
+    ints, meta = static_args(plan, ops, 0, 0, needs_int64(a, b, out, c))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
 
 

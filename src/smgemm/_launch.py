@@ -51,12 +51,18 @@ def tensor_args(plan: Plan, ops: Operands) -> tuple:
 def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_int64: bool) -> tuple[tuple, dict]:
     """gemm_kernel's int arguments (signature order) and meta-parameters: functions of the shapes, strides,
     dtypes and alignment of the operands and of the plan only, never of the data (so repeat calls reuse them).
-    """
+    A batched product has 3-D dense operands [batch, rows, cols] (`c` expanded to [batch, M, N]); it reads and
+    writes through pointers (the planner gives it no Hopper-path tile)."""
     a, b, out, c, scale_a, scale_b, smid_out = ops
     cfg = plan.config
+    batched = out.dim() == 3
+    batch_ints = (1, 0, 0, 0, 0)
+    if batched:  # the batch count and strides; the rest as for one [rows, cols] matrix of each
+        batch_ints = (out.shape[0], a.stride(0), b.stride(0), c.stride(0) if c is not None else 0, out.stride(0))
+        a, b, out, c = a[0], b[0], out[0], (c[0] if c is not None else None)
     a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
     stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
-    tma = cfg.tma and (a.device.type == "cpu" or device_spec(a.device).capability >= (9, 0))
+    tma = cfg.tma and not batched and (a.device.type == "cpu" or device_spec(a.device).capability >= (9, 0))
     a_mode = 0 if a_mx or not tma else tma_mode(a)
     b_mode = 0 if b_mx or not tma else tma_mode(b)
     # TMA stores clip at the tensor's edge only to 16-byte granularity (triton-lang/triton#11583): a row whose
@@ -68,7 +74,7 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         *((a.data.stride(0), 1) if a_mx else a.stride()),
         *((1, b.data.stride(0)) if b_mx else b.stride()),
         a.scales.stride(0) if a_mx else 0, b.scales.stride(0) if b_mx else 0,
-        out.stride(0), out.stride(1), stride_cm, stride_cn, stride_sa, stride_sb,
+        out.stride(0), out.stride(1), stride_cm, stride_cn, stride_sa, stride_sb, *batch_ints,
         plan.num_programs, plan.dp_tiles,
     )
     meta = dict(
@@ -81,6 +87,7 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         RECORD_SMID=smid_out is not None,
         A_MX=a_mx, B_MX=b_mx, MX_FP16=b_mx and not a_mx and a.dtype == torch.float16, A_DESC=a_mode, B_DESC=b_mode,
         FLATTEN=cfg.flatten, D_DESC=d_mode == 1, MX_SWAP=b_mx and cfg.mx_swap, MX_PREFETCH=b_mx and cfg.mx_prefetch,
+        BATCHED=batched,
     )
     return ints, meta
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
-from ._checks import check_gemm, check_knobs, check_mxfp4
-from ._gemm import gemm, gemm_mxfp4
+from ._checks import check_bmm, check_gemm, check_knobs, check_mxfp4
+from ._gemm import gemm, gemm_batched, gemm_mxfp4
 from .mxfp4 import MXFP4Tensor
 
 _FP8 = torch.float8_e4m3fn
@@ -175,6 +175,76 @@ def _mx_backward(ctx, grad):
 gemm_mxfp4_op.register_autograd(_mx_backward, setup_context=_mx_setup_context)
 
 
+@torch.library.custom_op("smgemm::bmm", mutates_args=())
+def bmm_op(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None,
+    alpha: float,
+    beta: float,
+    out_dtype: torch.dtype | None,
+    schedule: str,
+    num_sms: int | None,
+) -> torch.Tensor:
+    """alpha * a[i] @ b[i] + beta * c[i], a [B, M, K], b [B, K, N], c broadcastable to [B, M, N]; one launch."""
+    return gemm_batched(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
+
+
+@bmm_op.register_fake
+def _bmm_fake(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
+    check_knobs(schedule, num_sms)
+    checked = check_bmm(a, b, c, beta, None, out_dtype)
+    return a.new_empty((checked.batch, checked.m, checked.n), dtype=checked.out_dtype)
+
+
+def _bmm_setup_context(ctx, inputs, output):
+    a, b, c, alpha, beta, _, schedule, num_sms = inputs
+    ctx.save_for_backward(a, b)
+    ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
+    ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
+
+
+def _bmm_backward(ctx, grad):
+    """dA[i] = alpha * dD[i] @ B[i]^T, dB[i] = alpha * A[i]^T @ dD[i] (batched, on transposed views), dC as for gemm."""
+    a, b = ctx.saved_tensors
+    need_a, need_b, need_c = ctx.needs_input_grad[:3]
+    g = grad if grad.dtype == a.dtype else grad.to(a.dtype)
+    grad_a = call_bmm(g, b.transpose(1, 2), None, ctx.alpha, 0.0, a.dtype, ctx.schedule, ctx.num_sms) if need_a \
+        else None
+    grad_b = call_bmm(a.transpose(1, 2), g, None, ctx.alpha, 0.0, b.dtype, ctx.schedule, ctx.num_sms) if need_b \
+        else None
+    grad_c = _grad_c(ctx, grad) if need_c else None
+    return grad_a, grad_b, grad_c, None, None, None, None, None
+
+
+bmm_op.register_autograd(_bmm_backward, setup_context=_bmm_setup_context)
+
+
+class BmmFunction(torch.autograd.Function):
+    """`bmm_op` for torch.func transforms, as `GemmFunction` is for `gemm_op`."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
+        return bmm_op(a, b, c, alpha, beta, out_dtype, schedule, num_sms)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _bmm_setup_context(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _bmm_backward(ctx, grad)
+
+
+def call_bmm(*args) -> torch.Tensor:
+    """`bmm_op(*args)`, or `BmmFunction.apply(*args)` under a torch.func transform."""
+    if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
+        return BmmFunction.apply(*args)
+    return bmm_op(*args)
+
+
 # FLOP counts for torch.utils.flop_counter.FlopCounterMode (MFU tools): 2 * M * N * K per product, as for aten.mm.
 def _dense_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
     (m, k), n = a_shape, b_shape[1]
@@ -188,6 +258,14 @@ def _mxfp4_flops(a_shape, a_scales_shape, w_shape, *args, out_shape=None, **kwar
 register_flop_formula(torch.ops.smgemm.gemm)(_dense_flops)
 register_flop_formula(torch.ops.smgemm.gemm_out)(_dense_flops)
 register_flop_formula(torch.ops.smgemm.gemm_mxfp4)(_mxfp4_flops)
+
+
+def _batched_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    (batch, m, k), n = a_shape, b_shape[2]
+    return 2 * batch * m * n * k
+
+
+register_flop_formula(torch.ops.smgemm.bmm)(_batched_flops)
 
 
 class GemmFunction(torch.autograd.Function):

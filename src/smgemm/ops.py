@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import torch
 
 from . import _library
-from ._checks import check_call, check_gemm, check_knobs, check_mxfp4
-from ._gemm import gemm, gemm_mxfp4
+from ._checks import check_bmm, check_call, check_gemm, check_knobs, check_mxfp4
+from ._gemm import gemm, gemm_batched, gemm_mxfp4
 from .mxfp4 import MXFP4Tensor
 
 
@@ -250,8 +250,10 @@ def _matmul_nd(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None, sc
     if a.dim() == 0 or b.dim() == 0:
         raise ValueError(f"a and b must have at least 1 dim each, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
     if b.dim() > 2:
-        raise ValueError(f"b must be [K, N] or [K], got shape {tuple(b.shape)}: batched products (b with batch "
-                         "dims) are not supported")
+        if scale_a is not None or kwargs.get("scale_b") is not None:
+            raise ValueError("scale_a / scale_b apply to 2-D fp8 products; a batched product takes none")
+        return _matmul_batched(a, b, out=out, out_dtype=kwargs["out_dtype"], schedule=kwargs["schedule"],
+                               num_sms=kwargs["num_sms"])
     if out is not None:
         raise ValueError(f"out= needs 2-D a and b, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
     a2 = a.unsqueeze(0) if a.dim() == 1 else a
@@ -264,6 +266,90 @@ def _matmul_nd(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None, sc
     if a.dim() == 1:
         y = y.squeeze(-2)
     return y.squeeze(-1) if b.dim() == 1 else y
+
+
+def _matmul_batched(a: torch.Tensor, b: torch.Tensor, *, out, out_dtype, schedule, num_sms) -> torch.Tensor:
+    """torch.matmul's batched case: batch dims broadcast, 1-D operands as a row / column; one batched launch."""
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+    (m, k), n = a2.shape[-2:], b2.shape[-1]
+    if b2.shape[-2] != k:
+        raise ValueError(f"a's last dim (K={k}) must equal b's second-to-last (got {b2.shape[-2]}): a is "
+                         f"{tuple(a.shape)}, b is {tuple(b.shape)}")
+    lead = _broadcast(a2.shape[:-2], b2.shape[:-2])
+    if lead is None:
+        raise ValueError(f"the batch dims of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast")
+    if out is not None:
+        raise ValueError("out= needs 2-D a and b (or smgemm.bmm with 3-D ones)")
+    batch = math.prod(lead)
+    y = bmm(a2.expand(*lead, m, k).reshape(batch, m, k), b2.expand(*lead, k, n).reshape(batch, k, n),
+            out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
+    y = y.reshape(*lead, m, n)
+    if a.dim() == 1:
+        y = y.squeeze(-2)
+    return y.squeeze(-1) if b.dim() == 1 else y
+
+
+def _broadcast(x: torch.Size, y: torch.Size) -> tuple | None:
+    """The broadcast of two batch shapes (torch's rule), or None where they do not broadcast."""
+    x, y = (1,) * (len(y) - len(x)) + tuple(x), (1,) * (len(x) - len(y)) + tuple(y)
+    if any(p != q and p != 1 and q != 1 for p, q in zip(x, y)):
+        return None
+    return tuple(q if p == 1 else p for p, q in zip(x, y))
+
+
+def _run_batched(a, b, *, c=None, alpha=1.0, beta=1.0, out=None, out_dtype=None, schedule=None,
+                 num_sms=None) -> torch.Tensor:
+    """bmm / baddbmm: check the knobs, resolve defaults, then the kernel directly or the custom op."""
+    check_call(schedule, num_sms, alpha, beta, out_dtype)
+    schedule, num_sms = _resolve(schedule, num_sms)
+    if torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled():
+        a, b, c = _autocast(a.device, a, b, c) if isinstance(a, torch.Tensor) else (a, b, c)
+    if out is not None:
+        if _tracked(a, b, c, out):
+            raise RuntimeError("smgemm: functions with out= do not support automatic differentiation, but an "
+                               "argument requires grad; call without out= (or under torch.no_grad())")
+        if _via_dispatcher(a, b, c, out):
+            raise RuntimeError("smgemm.bmm / baddbmm with out= run eagerly only (not traced, not under torch modes)")
+        return gemm_batched(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, schedule=schedule,
+                            num_sms=num_sms)
+    if _via_dispatcher(a, b, c):
+        check_bmm(a, b, c, beta, None, out_dtype)  # as the eager path does, before the op
+        return _library.call_bmm(a, b, c, float(alpha), float(beta), out_dtype, schedule, num_sms)
+    return gemm_batched(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
+
+
+def bmm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    schedule: str | None = None,
+    num_sms: int | None = None,
+) -> torch.Tensor:
+    """`torch.bmm`: a [B, M, K] @ b [B, K, N] -> [B, M, N] (bf16, fp16, fp32), any strides, in one launch whose grid
+    obeys `num_sms` across the whole batch: the tiles of all B products share one persistent or Stream-K schedule.
+    Differentiable; traced by torch.compile as `torch.ops.smgemm.bmm`."""
+    return _run_batched(a, b, out=out, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
+
+
+def baddbmm(
+    input: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    beta: float = 1.0,
+    alpha: float = 1.0,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    schedule: str | None = None,
+    num_sms: int | None = None,
+) -> torch.Tensor:
+    """`torch.baddbmm`: beta * input + alpha * (a @ b), batched as `bmm`; `input` broadcasts to [B, M, N] and is not
+    read when beta == 0; `out=input` updates it in place."""
+    return _run_batched(a, b, c=input, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, schedule=schedule,
+                        num_sms=num_sms)
 
 
 def addmm(

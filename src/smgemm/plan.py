@@ -244,9 +244,10 @@ def _iteration(cfg: TileConfig, elem: int, active: int, budget: int, rates: Rate
 
 def modelled_time(
     cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, l2_bytes: int = 50 * 2**20,
-    sk_waves: int = 1, rates: Rates = H200_RATES,
+    sk_waves: int = 1, rates: Rates = H200_RATES, batch: int = 1,
 ) -> float:
-    """Critical-path time of `schedule` with tile `cfg`, in iterations of the reference tile (inf: not applicable).
+    """Critical-path time of `schedule` with tile `cfg`, in iterations of the reference tile (inf: not applicable),
+    for `batch` products of this shape scheduled together.
 
     See the module docstring: a K-iteration costs `_iteration` (its multiply-adds, or its operand traffic when
     that is slower); no schedule beats streaming its device-memory bytes; a Stream-K fixup costs `rates.sk_fixup_base`
@@ -254,9 +255,9 @@ def modelled_time(
     """
     elem = element_bytes(dtype)
     rows, cols = math.ceil(m / cfg.block_m), math.ceil(n / cfg.block_n)
-    tiles = rows * cols
+    tiles = rows * cols * batch
     k_iters = math.ceil(k / cfg.block_k)
-    hbm_bytes = (m * k + k * n) * elem + m * n * 2  # operands once (grouped tile order), a 16-bit result
+    hbm_bytes = ((m * k + k * n) * elem + m * n * 2) * batch  # operands once (grouped tile order), a 16-bit result
     # One program's operand bytes per K-iteration, in reference iterations of its SM's load rate: decode tiles
     # (16 rows) stream B at ~30 GB/s per SM, slower than `_iteration`'s rates.
     sm_load = (cfg.block_m + cfg.block_n) * cfg.block_k * elem / rates.sm_bytes_per_iter if cfg.block_m <= 16 else 0.0
@@ -292,9 +293,9 @@ def modelled_time(
 
 
 def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, spec: DeviceSpec,
-          sk_waves: int = 1) -> float:
+          sk_waves: int = 1, batch: int = 1) -> float:
     """modelled_time on `spec`, Stream-K's divided by `Rates.sk_margin`: it must win clearly to be chosen."""
-    time = modelled_time(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes, sk_waves, spec.rates)
+    time = modelled_time(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes, sk_waves, spec.rates, batch)
     return time / (spec.rates.sk_margin if schedule == "streamk" else 1.0)
 
 
@@ -303,13 +304,14 @@ def _candidates(schedules: tuple[str, ...]) -> list[tuple[str, int]]:
     return [(s, waves) for s in schedules for waves in ((1, 2) if s == "streamk" else (1,))]
 
 
-def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: int, rates: Rates) -> bool:
+def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: int, rates: Rates,
+                  batch: int = 1) -> bool:
     """Whether a Stream-K plan with `cfg` takes the deeper pipeline (_DEEP_STAGES): a 16-bit or fp8 64 x 128
     pointer-path tile with 128-byte K steps, every tile split over a grid aligned to the tiles (each program one
     part of one tile's K-loop, `_aligned_programs`)."""
     if elem > 2 or cfg.tma or (cfg.block_m, cfg.block_n) != (64, 128) or cfg.block_k * elem != 128:
         return False
-    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch
     split = streamk_split(tiles, math.ceil(k / cfg.block_k), budget, rates=rates)
     return split is not None and split[0] == 0 and split[1] % tiles == 0
 
@@ -324,6 +326,7 @@ def choose_config(
     schedules: tuple[str, ...] = ("persistent",),
     one_row: bool = True,
     fma: bool = False,
+    batch: int = 1,
 ) -> tuple[TileConfig, str, int]:
     """The tile configuration, schedule (one of `schedules`) and Stream-K split (`streamk_split`'s `waves`) the
     model above predicts fastest on `budget` SMs.
@@ -360,7 +363,7 @@ def choose_config(
         stages = min(3 if largest else 4, fit)
         if stages < 2:
             continue
-        hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma
+        hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma and batch == 1  # batched: pointers
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
         for schedule, waves in _candidates(schedules):
@@ -370,15 +373,16 @@ def choose_config(
             if schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
                     and fit * block_k * elem >= stages * _LONG_STEP_BYTES:
                 chosen = dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem)
-            if schedule == "streamk" and fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget, spec.rates):
+            deep = fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget, spec.rates, batch)
+            if schedule == "streamk" and deep:
                 chosen, factor = dataclasses.replace(cfg, num_stages=_DEEP_STAGES), spec.rates.deep_factor
-            cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec, waves) * factor
+            cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec, waves, batch) * factor
             if cost < best_cost:
                 best, best_cost = (chosen, schedule, waves), cost
     if best is None and one_row:  # no tile of max_m rows fits (e.g. N < 64 for M = 17..32): any rows
-        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False, fma=fma)
+        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False, fma=fma, batch=batch)
     if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
-        return choose_config(m, n, k, dtype, spec, budget, fma=fma)
+        return choose_config(m, n, k, dtype, spec, budget, fma=fma, batch=batch)
     assert best is not None, "the smallest candidate tile always fits"
     return best
 
@@ -489,8 +493,10 @@ def make_plan(
     num_sms: int | None = None,
     tf32: bool = False,
     config: TileConfig | None = None,
+    batch: int = 1,
 ) -> Plan:
-    """Plan an (m, n, k) GEMM with `dtype` operands on the device described by `spec`.
+    """Plan an (m, n, k) GEMM with `dtype` operands on the device described by `spec` (`batch` of them in one
+    launch: their tiles share the schedule; batched products read through pointers).
 
     `num_sms` is the caller's SM budget (None: the whole device); `config` overrides the tile model (tests and
     tuning use it). The returned plan's grid never exceeds the budget unless the caller asked for plain
@@ -502,14 +508,14 @@ def make_plan(
     wanted = {"auto": ("persistent", "streamk"), "streamk": ("streamk",)}.get(schedule, ("persistent",))
     if config is None:
         cfg, chosen, sk_waves = choose_config(m, n, k, dtype, spec, budget, wanted,
-                                              fma=dtype == torch.float32 and not tf32)
+                                              fma=dtype == torch.float32 and not tf32, batch=batch)
     else:
-        cfg = config
+        cfg = config if batch == 1 else dataclasses.replace(config, tma=False, tma_store=False, flatten=False)
         chosen, sk_waves = min(_candidates(wanted),
-                               key=lambda c: _cost(cfg, m, n, k, dtype, budget, c[0], spec, c[1]))
+                               key=lambda c: _cost(cfg, m, n, k, dtype, budget, c[0], spec, c[1], batch))
     if cfg.block_k < min_block_k(dtype):
         raise ValueError(f"{dtype} needs block_k >= {min_block_k(dtype)}, got {cfg}")
-    num_tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+    num_tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch
     k_iters = math.ceil(k / cfg.block_k)
     split = streamk_split(num_tiles, k_iters, budget, sk_waves, spec.rates) if chosen == "streamk" else None
     if split is not None:
@@ -594,6 +600,7 @@ def decide(
     config: TileConfig | None = None,
     mxfp4: bool = False,
     tuned: tuple[TileConfig, str] | None = None,
+    batch: int = 1,
 ) -> Plan:
     """The plan of a GEMM call: the one place that weighs, in order, an `overrides` block, the caller's `config`,
     a tuning file's entry (`tuned`, for schedule "auto" and no config), the MXFP4 rules (`mxfp4`: an MXFP4 weight,
@@ -606,4 +613,4 @@ def decide(
         config, schedule = tuned
     if mxfp4:
         return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
-    return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config)
+    return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch)

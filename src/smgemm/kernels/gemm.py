@@ -1,4 +1,5 @@
-"""The GEMM kernel: D = alpha * (A @ B) * scales + beta * C over a tile schedule.
+"""The GEMM kernel: D = alpha * (A @ B) * scales + beta * C over a tile schedule, for one product or (BATCHED) a
+batch of them, whose tiles share one schedule.
 
 One kernel serves every schedule. Program `pid` of P first takes whole tiles pid, pid + P, ... below `dp_tiles`
 (P == number of tiles for data-parallel, P <= SM budget for persistent). With STREAMK, the K-iterations of the
@@ -34,12 +35,30 @@ def _column_block(x, j: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr, 
     return tl.sum(tl.where(pick, bits, 0), axis=1).to(tl.float32, bitcast=True)
 
 
+@triton.jit
+def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, c_ptr, d_ptr,
+          stride_ab, stride_bb, stride_cb, stride_db, GROUP_M: tl.constexpr, BATCHED: tl.constexpr):
+    """Tile `tile_id`'s coordinates and the operands it reads and writes: with BATCHED, tile ids run batch-major
+    over `tiles_per_batch` tiles a matrix, and the pointers move to the tile's matrix (pointer path only)."""
+    if BATCHED:
+        batch = tile_id // tiles_per_batch
+        pid_m, pid_n = tile_coords(tile_id % tiles_per_batch, num_pid_m, num_pid_n, GROUP_M)
+        a_ptr += batch * stride_ab
+        b_ptr += batch * stride_bb
+        c_ptr += batch * stride_cb
+        d_ptr += batch * stride_db
+    else:
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+    return pid_m, pid_n, a_ptr, b_ptr, c_ptr, d_ptr
+
+
 @triton.jit(do_not_specialize=["epoch"])
 def gemm_kernel(
     a_ptr, b_ptr, d_ptr, c_ptr, sa_ptr, sb_ptr, mxa_ptr, mxb_ptr, ws_ptr, smid_ptr,
     M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
     stride_dm, stride_dn, stride_cm, stride_cn, stride_sa, stride_sb,
+    batch, stride_ab, stride_bb, stride_cb, stride_db,
     num_programs, dp_tiles, epoch, alpha, beta,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
@@ -47,7 +66,7 @@ def gemm_kernel(
     STREAMK: tl.constexpr, FIXUP_N: tl.constexpr, FLAG_LANES: tl.constexpr, RECORD_SMID: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
     FLATTEN: tl.constexpr, D_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
-    MX_PREFETCH: tl.constexpr,
+    MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if USE_INT64:
@@ -59,11 +78,19 @@ def gemm_kernel(
         stride_dm, stride_dn = tl.cast(stride_dm, tl.int64), tl.cast(stride_dn, tl.int64)
         stride_cm, stride_cn = tl.cast(stride_cm, tl.int64), tl.cast(stride_cn, tl.int64)
         stride_sa, stride_sb = tl.cast(stride_sa, tl.int64), tl.cast(stride_sb, tl.int64)
+        if BATCHED:
+            stride_ab, stride_bb = tl.cast(stride_ab, tl.int64), tl.cast(stride_bb, tl.int64)
+            stride_cb, stride_db = tl.cast(stride_cb, tl.int64), tl.cast(stride_db, tl.int64)
     if RECORD_SMID:
         tl.store(smid_ptr + pid, smid())
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_iters = tl.cdiv(K, BLOCK_K)
+    tiles_per_batch = num_pid_m * num_pid_n
+    if BATCHED:
+        num_tiles = tiles_per_batch * batch
+    else:
+        num_tiles = tiles_per_batch
     # Tensor descriptors (TMA on Hopper), built here on the device: no host work per launch. From now on a_ptr /
     # b_ptr are what k_loop reads through (a pointer or a descriptor, per A_DESC / B_DESC); d_desc is used only
     # when D_DESC. The host checked TMA's rules (16-byte aligned base and row stride, unit last stride).
@@ -81,15 +108,16 @@ def gemm_kernel(
     # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
     # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
     for tile_id in tl.range(pid, dp_tiles, num_programs, flatten=FLATTEN):
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n, a_t, b_t, c_t, d_t = _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, c_ptr,
+                                                 d_ptr, stride_ab, stride_bb, stride_cb, stride_db, GROUP_M, BATCHED)
         acc = k_loop(
-            a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
+            a_t, b_t, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, 0, k_iters,
             BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
             A_DESC, B_DESC, MX_SWAP, MX_PREFETCH,
         )
         epilogue(
-            acc, pid_m, pid_n, M, N, d_ptr, d_desc, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
+            acc, pid_m, pid_n, M, N, d_t, d_desc, stride_dm, stride_dn, c_t, stride_cm, stride_cn,
             sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
             HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
         )
@@ -99,7 +127,7 @@ def gemm_kernel(
         # grid is a multiple of the split tiles (`parts` programs a tile, plan._aligned_programs), each range is
         # instead one of `parts` near-equal parts of one tile's K-loop, so programs holding the same part of
         # different tiles walk the same K range in step even where parts does not divide k_iters.
-        sk_tiles = num_pid_m * num_pid_n - dp_tiles
+        sk_tiles = num_tiles - dp_tiles
         sk_iters = sk_tiles * k_iters
         base = sk_iters // num_programs
         extra = sk_iters % num_programs
@@ -124,9 +152,11 @@ def gemm_kernel(
             tile = (seg_end - 1) // k_iters
             tile_start = tile * k_iters
             seg_start = tl.maximum(start, tile_start)
-            pid_m, pid_n = tile_coords(dp_tiles + tile, num_pid_m, num_pid_n, GROUP_M)
+            pid_m, pid_n, a_t, b_t, c_t, d_t = _tile(dp_tiles + tile, tiles_per_batch, num_pid_m, num_pid_n, a_ptr,
+                                                     b_ptr, c_ptr, d_ptr, stride_ab, stride_bb, stride_cb, stride_db,
+                                                     GROUP_M, BATCHED)
             acc = k_loop(
-                a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa,
+                a_t, b_t, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa,
                 stride_mxb, pid_m, pid_n, seg_start - tile_start, seg_end - tile_start,
                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
                 A_DESC, B_DESC, MX_SWAP, MX_PREFETCH,
@@ -139,7 +169,7 @@ def gemm_kernel(
                 tl.atomic_xchg(p_flags + pid, epoch, sem="release", scope="gpu")
             elif seg_start == tile_start:
                 epilogue(
-                    acc, pid_m, pid_n, M, N, d_ptr, d_desc, stride_dm, stride_dn, c_ptr, stride_cm, stride_cn,
+                    acc, pid_m, pid_n, M, N, d_t, d_desc, stride_dm, stride_dn, c_t, stride_cm, stride_cn,
                     sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
                     HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
                 )
@@ -169,8 +199,8 @@ def gemm_kernel(
                                             cache_modifier=".cg")
                     part += _column_block(acc, j, BLOCK_M, BLOCK_N // FIXUP_N, FIXUP_N)
                     epilogue(
-                        part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_ptr, d_desc, stride_dm, stride_dn,
-                        c_ptr, stride_cm, stride_cn, sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
+                        part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_t, d_desc, stride_dm, stride_dn,
+                        c_t, stride_cm, stride_cn, sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
                         HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N, USE_INT64, INTERPRETER, 0,
                     )
             seg_end = seg_start

@@ -241,6 +241,32 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
     return rows
 
 
+# (batch, M, N, K): attention-like (scores, then scores @ V) and MoE-like (an expert's tokens through its projection)
+BATCHED = [(32, 2048, 2048, 128), (32, 2048, 128, 2048), (8, 4096, 128, 4096), (64, 256, 1408, 4096),
+           (64, 256, 4096, 1408)]
+
+
+def bench_batched(shapes: list[tuple[int, int, int, int]], dtype: torch.dtype, budgets: list[int | None]) -> list:
+    """smgemm.bmm vs torch.bmm (full chip) or cuBLASLt with the same SM carve-out (a budget), side by side."""
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for batch, m, n, k in progress(shapes, "batched"):
+        copies = max(1, min(8, math.ceil(256e6 / (batch * (m * k + k * n) * 2))))
+        sets = [(torch.randn(batch, m, k, device="cuda").to(dtype), torch.randn(batch, k, n, device="cuda").to(dtype))
+                for _ in range(copies)]
+        for sms in budgets:
+            ours = (lambda a, b, sms=sms: smgemm.bmm(a, b, num_sms=sms))
+            peer = torch.bmm if sms is None else _with_carveout(total - sms, torch.bmm)
+            err = rel_err(ours(*sets[0]), peer(*sets[0]))
+            t_ours, t_peer = time_rotating(ours, sets), time_rotating(peer, sets)
+            flop = 2 * batch * m * n * k
+            rows.append({"B": batch, "M": m, "N": n, "K": k, "num_sms": sms or "all",
+                         "smgemm TFLOP/s": flop / t_ours / 1e9, "torch TFLOP/s": flop / t_peer / 1e9,
+                         "ratio": t_peer / t_ours, "rel err": err})
+        del sets
+    return rows
+
+
 def host_overhead(iters: int = 2000) -> list[dict[str, object]]:
     """Host microseconds per call of a tiny cached GEMM (launch-bound, no sync inside the loop)."""
     a = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
@@ -289,6 +315,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma list; the first one's ratio to torch is printed")
     p.add_argument("--no-overhead", action="store_true", help="skip the host-overhead table")
     p.add_argument("--mxfp4", action="store_true", help="also the MXFP4 tables (decode and large shapes)")
+    p.add_argument("--batched", action="store_true",
+                   help="also smgemm.bmm vs torch.bmm (attention- and MoE-like shapes; full chip and 66 SMs)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -316,6 +344,11 @@ def run(args: argparse.Namespace) -> int:
     if args.mxfp4:
         print("\n## MXFP4: smgemm.linear(x, quantize_mxfp4(w)) vs torch.matmul in bf16 on the dequantized weight")
         print(table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE) + bench_mxfp4(MXFP4_LARGE, both=True)))
+    if args.batched:
+        for name in args.dtype or ["bf16"]:
+            if name in ("bf16", "fp16"):
+                print(f"\n## {name}: batched, smgemm.bmm vs torch.bmm (cuBLASLt carve-out under a budget)")
+                print(table(bench_batched(BATCHED, DTYPES[name], [None, 66])))
     if not args.no_overhead:
         print("\n## host overhead of a cached call (16x64x64 bf16, no sync)")
         print(table(host_overhead()))

@@ -1,0 +1,88 @@
+"""Batched products (smgemm.bmm, baddbmm, batched matmul): one launch for the whole batch, every schedule and
+budget, against float64; autograd, torch.compile."""
+
+import pytest
+import torch
+
+import smgemm
+from reference import assert_gemm_close, randn
+from smgemm._device import device_spec
+
+CASES = [(3, 20, 24, 40), (4, 64, 48, 300), (2, 1, 7, 33), (5, 33, 130, 64)]
+
+
+def _check(out, a, b, *, alpha=1.0, beta=0.0, c=None):
+    for i in range(a.shape[0]):
+        ci = None if c is None else c.expand(out.shape)[i]
+        assert_gemm_close(out[i], a[i], b[i], alpha=alpha, beta=beta, c=ci)
+
+
+@pytest.mark.parametrize("shape", CASES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize(("schedule", "num_sms"), [("auto", None), ("persistent", 3), ("streamk", 5),
+                                                   ("data_parallel", None)])
+def test_bmm_every_schedule(shape, dtype, schedule, num_sms, device):
+    batch, m, n, k = shape
+    a = randn((batch, m, k), dtype, device)
+    b = randn((batch, n, k), dtype, device).transpose(1, 2)  # a transposed view: no copy
+    out = smgemm.bmm(a, b, schedule=schedule, num_sms=num_sms)
+    assert out.shape == (batch, m, n) and out.dtype == dtype
+    _check(out, a, b)
+
+
+def test_one_launch_within_the_budget_across_the_batch(device, monkeypatch):
+    import smgemm._gemm as G
+
+    plans = []
+    launch = G.launch
+    monkeypatch.setattr(G, "launch", lambda plan, *rest: (plans.append(plan), launch(plan, *rest))[1])
+    a, b = randn((6, 64, 64), torch.float16, device), randn((6, 64, 48), torch.float16, device)
+    for num_sms in (2, 5):
+        out = smgemm.bmm(a, b, num_sms=num_sms)
+        _check(out, a, b)
+        assert plans[-1].num_programs <= num_sms and plans[-1].num_tiles >= 6  # one launch, every matrix's tiles
+    plan = smgemm.make_plan(64, 48, 64, torch.float16, device_spec(torch.device(device)), batch=6)
+    assert plan.num_tiles == 6 * smgemm.make_plan(64, 48, 64, torch.float16, device_spec(torch.device(device))).num_tiles
+
+
+def test_batched_stream_k_splits_across_matrices(device):
+    # 2 x (64 x 64) tiles, long K, 8 programs: Stream-K splits the tiles of both matrices
+    spec = device_spec(torch.device(device))
+    plan = smgemm.make_plan(64, 64, 2048, torch.float16, spec, schedule="streamk", num_sms=8, batch=2)
+    assert plan.schedule == "streamk" and plan.sk_tiles >= 2
+    a, b = randn((2, 64, 2048), torch.float16, device), randn((2, 2048, 64), torch.float16, device)
+    _check(smgemm.bmm(a, b, schedule="streamk", num_sms=8), a, b)
+
+
+def test_baddbmm_broadcasts_input_and_updates_in_place(device):
+    a, b = randn((3, 16, 32), torch.float16, device), randn((3, 32, 24), torch.float16, device)
+    for c_shape in [(24,), (1, 24), (16, 1), (3, 1, 24), (3, 16, 24)]:
+        c = randn(c_shape, torch.float32, device)
+        out = smgemm.baddbmm(c, a, b, alpha=0.5, beta=2.0)
+        _check(out, a, b, alpha=0.5, beta=2.0, c=c)
+    c = randn((3, 16, 24), torch.float16, device)
+    expected = smgemm.baddbmm(c, a, b, beta=0.5)
+    smgemm.baddbmm(c, a, b, beta=0.5, out=c)
+    torch.testing.assert_close(c, expected, rtol=0, atol=0)
+    nan = torch.full((3, 16, 24), float("nan"), dtype=torch.float16, device=device)
+    assert not smgemm.baddbmm(nan, a, b, beta=0).isnan().any()  # beta == 0 never reads input
+
+
+def test_bmm_gradients_match_torch(device):
+    a = randn((3, 8, 16), torch.float32, device).requires_grad_()
+    b = randn((3, 16, 12), torch.float32, device).requires_grad_()
+    c = randn((12,), torch.float32, device).requires_grad_()
+    y = smgemm.baddbmm(c, a, b, alpha=0.5, beta=2.0)
+    g = randn(tuple(y.shape), torch.float32, device)
+    y.backward(g)
+    ad, bd, cd = (t.detach().double().requires_grad_() for t in (a, b, c))
+    torch.baddbmm(cd, ad, bd, alpha=0.5, beta=2.0).backward(g.double())
+    for got, want in ((a.grad, ad.grad), (b.grad, bd.grad), (c.grad, cd.grad)):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_bmm_compiles_without_graph_breaks(device):
+    a, b = randn((2, 16, 32), torch.float16, device), randn((2, 32, 8), torch.float16, device)
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: smgemm.bmm(a, b, num_sms=4) * 2, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(f(a, b), smgemm.bmm(a, b, num_sms=4) * 2, rtol=0, atol=0)
