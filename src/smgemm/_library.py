@@ -76,12 +76,32 @@ def _gemm_out_fake(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, ou
 _FUNCTORCH = getattr(torch._C, "_functorch", None)
 
 
-def call_gemm(*args) -> torch.Tensor:
-    """`gemm_op(*args)`, or under a torch.func transform (grad, vmap, ...) `GemmFunction.apply(*args)`: the same
-    kernel and backward, in the form those transforms differentiate."""
-    if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
-        return GemmFunction.apply(*args)
-    return gemm_op(*args)
+def _with_functorch_twin(op, setup_context, backward):
+    """A caller of custom op `op`: the op itself, or under a torch.func transform (grad, vjp, vmap, ...) an
+    autograd.Function that runs it with the same backward (torch.library's generated autograd does not run under
+    those transforms; vmap of it loops over the batch, torch's fallback for the custom op)."""
+
+    class Twin(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(*args):
+            return op(*args)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            setup_context(ctx, inputs, output)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return backward(ctx, grad)
+
+    def call(*args) -> torch.Tensor:
+        if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
+            return Twin.apply(*args)
+        return op(*args)
+
+    return call
 
 
 def _product_like(like: torch.Tensor, x: torch.Tensor, y: torch.Tensor, alpha: float, schedule: str,
@@ -119,6 +139,7 @@ def _backward(ctx, grad):
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
+call_gemm = _with_functorch_twin(gemm_op, _setup_context, _backward)
 
 
 @torch.library.custom_op("smgemm::gemm_mxfp4", mutates_args=())
@@ -220,29 +241,7 @@ def _bmm_backward(ctx, grad):
 bmm_op.register_autograd(_bmm_backward, setup_context=_bmm_setup_context)
 
 
-class BmmFunction(torch.autograd.Function):
-    """`bmm_op` for torch.func transforms, as `GemmFunction` is for `gemm_op`."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
-        return bmm_op(a, b, c, alpha, beta, out_dtype, schedule, num_sms)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _bmm_setup_context(ctx, inputs, output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _bmm_backward(ctx, grad)
-
-
-def call_bmm(*args) -> torch.Tensor:
-    """`bmm_op(*args)`, or `BmmFunction.apply(*args)` under a torch.func transform."""
-    if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
-        return BmmFunction.apply(*args)
-    return bmm_op(*args)
+call_bmm = _with_functorch_twin(bmm_op, _bmm_setup_context, _bmm_backward)
 
 
 # FLOP counts for torch.utils.flop_counter.FlopCounterMode (MFU tools): 2 * M * N * K per product, as for aten.mm.
@@ -266,23 +265,3 @@ def _batched_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
 
 
 register_flop_formula(torch.ops.smgemm.bmm)(_batched_flops)
-
-
-class GemmFunction(torch.autograd.Function):
-    """`gemm_op` with the same backward, as an autograd.Function for torch.func transforms (grad, vjp, jacrev, vmap):
-    torch.library's generated autograd does not run under them. vmap of it loops over the batch (torch's fallback
-    for the custom op)."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
-        return gemm_op(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _setup_context(ctx, inputs, output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _backward(ctx, grad)
