@@ -102,11 +102,13 @@ def gemm_batched(
     schedule: str = "auto",
     num_sms: int | None = None,
     config: TileConfig | None = None,
+    smid_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """alpha * a[i] @ b[i] + beta * c[i] for every i of a [B, M, K] and b [B, K, N], in one launch whose grid obeys
-    `num_sms` across the whole batch (the tiles of all B products share one persistent or Stream-K schedule)."""
+    `num_sms` across the whole batch (the tiles of all B products share one persistent or Stream-K schedule).
+    `config` and `smid_out` as for `gemm`."""
     key = None
-    if out is None and alpha != 0:
+    if out is None and smid_out is None and alpha != 0:
         key = _signature("gemm_batched", a, b, c, beta, out_dtype, None, None, schedule, num_sms, config)
         repeated = _repeat_call(key, a, b, c, None, None, alpha, beta)
         if repeated is not None:
@@ -126,7 +128,7 @@ def gemm_batched(
     spec = device_spec(a.device)
     plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
                   tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, batch=batch)
-    ops = Operands(a, b, out, c)
+    ops = Operands(a, b, out, c, smid_out=smid_out)
     ints, meta = static_args(plan, ops, 0, 0, needs_int64(a, b, out, c))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
 
