@@ -41,8 +41,9 @@ def test_one_launch_within_the_budget_across_the_batch(device, monkeypatch):
         out = smgemm.bmm(a, b, num_sms=num_sms)
         _check(out, a, b)
         assert plans[-1].num_programs <= num_sms and plans[-1].num_tiles >= 6  # one launch, every matrix's tiles
-    plan = smgemm.make_plan(64, 48, 64, torch.float16, device_spec(torch.device(device)), batch=6)
-    assert plan.num_tiles == 6 * smgemm.make_plan(64, 48, 64, torch.float16, device_spec(torch.device(device))).num_tiles
+    spec = device_spec(torch.device(device))
+    plan = smgemm.make_plan(64, 48, 64, torch.float16, spec, batch=6)
+    assert plan.num_tiles == 6 * smgemm.make_plan(64, 48, 64, torch.float16, spec).num_tiles
 
 
 def test_batched_stream_k_splits_across_matrices(device):

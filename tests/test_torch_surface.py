@@ -76,8 +76,8 @@ def test_autocast_training_step_of_a_swapped_llama(device):
 
 @pytest.mark.parametrize(("a_shape", "b_shape"), [
     ((2, 8, 32), (2, 32, 16)), ((8, 32), (3, 32, 16)), ((2, 1, 8, 32), (3, 32, 16)), ((32,), (2, 32, 16)),
-    ((4, 2, 8, 32), (2, 32, 16)), ((32,), (32, 16)), ((8, 32), (32,)), ((32,), (32,)), ((2, 3, 8, 32), (32, 16)), ((2, 8, 32), (32,)),
-    ((4, 0, 32), (32, 16)), ((5, 8, 0), (0, 16)),
+    ((4, 2, 8, 32), (2, 32, 16)), ((32,), (32, 16)), ((8, 32), (32,)), ((32,), (32,)), ((2, 3, 8, 32), (32, 16)),
+    ((2, 8, 32), (32,)), ((4, 0, 32), (32, 16)), ((5, 8, 0), (0, 16)),
 ])
 def test_matmul_follows_torch_matmul_shapes(a_shape, b_shape, device):
     a, b = randn(a_shape, torch.float32, device), randn(b_shape, torch.float32, device)
