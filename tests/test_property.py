@@ -104,3 +104,50 @@ def test_every_accepted_gemm_is_right(device):
 
     check()
     print(f"\n{len(checked)} GEMMs checked against float64 on {device}")
+
+
+def _batched_operand(draw, batch: int, rows: int, cols: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """A [batch, rows, cols] operand: contiguous, each matrix transposed, one matrix repeated (batch stride 0), a
+    slice of a larger tensor, or a negative view."""
+    view = draw(st.sampled_from(["contiguous", "transposed", "repeated", "sliced", "negative"]))
+    if view == "transposed":
+        return torch.randn(batch, cols, rows, device=device).to(dtype).transpose(1, 2)
+    if view == "repeated":
+        return torch.randn(1, rows, cols, device=device).to(dtype).expand(batch, rows, cols)
+    if view == "sliced":
+        return torch.randn(batch + 1, rows + 2, cols + 3, device=device).to(dtype)[1:, 2:, 3:]
+    x = torch.randn(batch, rows, cols, device=device).to(dtype)
+    return torch._neg_view(x) if view == "negative" else x
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_every_accepted_batched_gemm_is_right(device):
+    checked = []
+
+    @settings(max_examples=max(1, _EXAMPLES // 3), deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(st.data())
+    def check(data):
+        draw = data.draw
+        dtype = draw(st.sampled_from(DTYPES[:3]))
+        batch = draw(st.integers(1, 3))
+        m, n, k = (draw(st.integers(1, _MAX_DIM // 2)) for _ in range(3))
+        a = _batched_operand(draw, batch, m, k, dtype, device)
+        b = _batched_operand(draw, batch, k, n, dtype, device)
+        kwargs = {"schedule": draw(st.sampled_from([None, *smgemm.SCHEDULES])),
+                  "num_sms": draw(st.sampled_from([None, 1, 3, 7, 132]))}
+        c = None
+        alpha, beta = 1.0, 0.0
+        if draw(st.booleans()):
+            c = torch.randn(draw(st.sampled_from([(n,), (batch, 1, n), (batch, m, n), (m, 1)])), device=device)
+            alpha, beta = draw(st.sampled_from([1.0, 0.5, 0.0])), draw(st.sampled_from([1.0, 0.0, -2.0]))
+        note(f"{dtype} a {tuple(a.shape)} {a.stride()} neg={a.is_neg()}, b {tuple(b.shape)} {b.stride()} "
+             f"neg={b.is_neg()}, c {None if c is None else tuple(c.shape)}, alpha={alpha}, beta={beta}, {kwargs}")
+        out = smgemm.bmm(a, b, **kwargs) if c is None else smgemm.baddbmm(c, a, b, alpha=alpha, beta=beta, **kwargs)
+        for i in range(batch):
+            ci = None if c is None else c.expand(batch, m, n)[i]
+            assert_gemm_close(out[i], a[i].resolve_neg(), b[i].resolve_neg(), alpha=alpha, beta=beta, c=ci)
+        checked.append(batch)
+
+    check()
+    print(f"\n{len(checked)} batched GEMMs checked against float64 on {device}")
