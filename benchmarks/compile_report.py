@@ -49,8 +49,9 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=False,
                   STREAMK=streamk, FIXUP_N=fixup_columns(TileConfig(*tile, num_warps=warps)), FLAG_LANES=32 * warps,
                   RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
-                  A_DESC=0 if a_mx or not tma else 1 if layout[0] == "n" else 2,
-                  B_DESC=0 if b_mx or not tma else 1 if layout[1] == "n" else 2, FLATTEN=flatten,
+                  A_DESC="pointers" if a_mx or not tma else "stored" if layout[0] == "n" else "transposed",
+                  B_DESC="pointers" if b_mx or not tma else "stored" if layout[1] == "n" else "transposed",
+                  FLATTEN=flatten,
                   D_DESC=tma_store, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch, BATCHED=batched, **unit)
     signature = {}
     for name in names:

@@ -1,7 +1,7 @@
 """Time MXFP4 kernel variants against the planner's choice and torch (bf16 on the dequantized weight) on the H200:
-the measurements behind the MXFP4 rules in smgemm.plan. Variants as in benchmarks/sweep_configs.py, plus "swap"
-(the kernel computes (W @ A^T)^T) and "prefetch" (the next K step's weight tile expanded during this step's dot). Weights rotate
-through ~256 MB of copies, so that neither side runs from L2.
+the measurements behind the MXFP4 rules in smgemm.plan. Variants as in benchmarks/sweep_configs.py, plus "swap" (the
+kernel computes (W @ A^T)^T) and "prefetch" (the next K step's weight tile expanded during this step's dot).
+Weights rotate through ~256 MB of copies, so that neither side runs from L2.
 
     PYTHONPATH=src python benchmarks/sweep_mxfp4.py --shapes 16x8192x8192 --variants "16x64x256 w4 s4 swap sk"
     PYTHONPATH=src python benchmarks/sweep_mxfp4.py --both --shapes 4096x4096x4096 --variants "..."

@@ -85,11 +85,15 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,
         STREAMK=plan.sk_tiles > 0, FIXUP_N=fixup_columns(cfg), FLAG_LANES=32 * cfg.num_warps,
         RECORD_SMID=smid_out is not None,
-        A_MX=a_mx, B_MX=b_mx, MX_FP16=b_mx and not a_mx and a.dtype == torch.float16, A_DESC=a_mode, B_DESC=b_mode,
+        A_MX=a_mx, B_MX=b_mx, MX_FP16=b_mx and not a_mx and a.dtype == torch.float16,
+        A_DESC=_READS[a_mode], B_DESC=_READS[b_mode],
         FLATTEN=cfg.flatten, D_DESC=d_mode == 1, MX_SWAP=b_mx and cfg.mx_swap, MX_PREFETCH=b_mx and cfg.mx_prefetch,
         BATCHED=batched,
     )
     return ints, meta
+
+
+_READS = ("pointers", "stored", "transposed")  # the kernel's A_DESC / B_DESC for each tma_mode
 
 
 def fixup_columns(cfg: TileConfig) -> int:

@@ -175,9 +175,10 @@ def k_loop(
 
     Rows and columns past M / N are wrapped (`% M`) instead of masked, so the loop's loads need no M/N mask;
     the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros.
-    A_DESC / B_DESC select how a dense operand is read: 0, through pointers and strides; 1, a tensor descriptor (TMA
-    on Hopper) over the operand as stored, A [M, K] / B [K, N]; 2, a descriptor over its transpose, A^T [K, M] /
-    B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past the edge with zeros.
+    A_DESC / B_DESC select how a dense operand is read: "pointers", through pointers and strides; "stored", a tensor
+    descriptor (TMA on Hopper) over the operand as stored, A [M, K] / B [K, N]; "transposed", a descriptor over its
+    transpose, A^T [K, M] / B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past
+    the edge with zeros.
     MXFP4 operands (B_MX: B given as an [N, K/2] weight; A_MX: A stored [M, K/2]) go to `k_loop_mx`.
     INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
     bf16 -> fp32 is exact, so CPU runs of the same kernel stay trustworthy.
@@ -207,23 +208,23 @@ def k_loop_dense(
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
     k_first = iter_start * BLOCK_K
-    if A_DESC == 0:
+    if A_DESC == "pointers":
         p_a = a_ptr + offs_m[:, None] * stride_am + (k_first + offs_k)[None, :] * stride_ak
-    if B_DESC == 0:
+    if B_DESC == "pointers":
         p_b = b_ptr + (k_first + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for it in range(iter_start, iter_end):
-        if A_DESC == 1:
+        if A_DESC == "stored":
             b_a = a_ptr.load([pid_m * BLOCK_M, it * BLOCK_K])
-        elif A_DESC == 2:
+        elif A_DESC == "transposed":
             b_a = tl.trans(a_ptr.load([it * BLOCK_K, pid_m * BLOCK_M]))
         elif EVEN_K:
             b_a = tl.load(p_a)
         else:
             b_a = tl.load(p_a, mask=offs_k[None, :] < K - it * BLOCK_K, other=0.0)
-        if B_DESC == 1:
+        if B_DESC == "stored":
             b_b = b_ptr.load([it * BLOCK_K, pid_n * BLOCK_N])
-        elif B_DESC == 2:
+        elif B_DESC == "transposed":
             b_b = tl.trans(b_ptr.load([pid_n * BLOCK_N, it * BLOCK_K]))
         elif EVEN_K:
             b_b = tl.load(p_b)
@@ -236,9 +237,9 @@ def k_loop_dense(
         # fp8 on Hopper: the tensor cores' own accumulation (about 13 mantissa bits, Triton's default). Promoting
         # to fp32 every K step (max_num_imprecise_acc=BLOCK_K) measured 3x slower, see docs/performance.md.
         acc = tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION)
-        if A_DESC == 0:
+        if A_DESC == "pointers":
             p_a += BLOCK_K * stride_ak
-        if B_DESC == 0:
+        if B_DESC == "pointers":
             p_b += BLOCK_K * stride_bk
     return acc
 
@@ -284,9 +285,9 @@ def k_loop_mx(
                                              BLOCK_M, BLOCK_K, EVEN_K)
             a_even, a_odd = mx_dequant_bf16(a_packed, a_scales, BLOCK_M, BLOCK_K, INTERPRETER)
             b_a = tl.join(a_even, a_odd).reshape(BLOCK_M, BLOCK_K)
-        elif A_DESC == 1:
+        elif A_DESC == "stored":
             b_a = a_ptr.load([pid_m * BLOCK_M, k0])
-        elif A_DESC == 2:
+        elif A_DESC == "transposed":
             b_a = tl.trans(a_ptr.load([k0, pid_m * BLOCK_M]))
         else:
             p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak

@@ -94,13 +94,13 @@ def gemm_kernel(
     # Tensor descriptors (TMA on Hopper), built here on the device: no host work per launch. From now on a_ptr /
     # b_ptr are what k_loop reads through (a pointer or a descriptor, per A_DESC / B_DESC); d_desc is used only
     # when D_DESC. The host checked TMA's rules (16-byte aligned base and row stride, unit last stride).
-    if A_DESC == 1:
+    if A_DESC == "stored":
         a_ptr = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
-    elif A_DESC == 2:
+    elif A_DESC == "transposed":
         a_ptr = tl.make_tensor_descriptor(a_ptr, [K, M], [stride_ak, 1], [BLOCK_K, BLOCK_M])
-    if B_DESC == 1:
+    if B_DESC == "stored":
         b_ptr = tl.make_tensor_descriptor(b_ptr, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
-    elif B_DESC == 2:
+    elif B_DESC == "transposed":
         b_ptr = tl.make_tensor_descriptor(b_ptr, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K])
     d_desc = d_ptr
     if D_DESC:
