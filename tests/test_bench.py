@@ -30,3 +30,20 @@ def test_tf32_table_allows_tf32_only_while_it_runs():
     assert not tf32_enabled()
     with table_dtype("fp32") as dtype:
         assert dtype == torch.float32 and not tf32_enabled()
+
+
+def test_random_suite_is_a_fixed_draw_per_seed():
+    from smgemm.tools.bench import random_shapes
+
+    shapes = random_shapes(0)
+    assert shapes == random_shapes(0) and shapes != random_shapes(1) and len(shapes) == 48
+    assert all(64 <= d <= 16384 for s in shapes for d in s[:3])
+    odd = [s for s in shapes if s[3]]
+    assert len(odd) == 12 and all(d % 2 for s in odd for d in s[:3])
+
+
+def test_cli_values_reach_the_bench_as_lists():
+    from smgemm.tools import cli
+
+    args = cli.parser().parse_args(["bench", "--suite", "random,quick", "--seed", "3", "--schedules", "auto,streamk"])
+    assert args.suite == ["random", "quick"] and args.seed == 3 and args.schedules == ["auto", "streamk"]

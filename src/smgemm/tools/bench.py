@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import random
 import time
 from collections.abc import Callable, Iterator
 
@@ -49,15 +50,35 @@ SUITES = {
                 (16, 4096, 14336), (64, 8192, 8192), (3072, 3072, 8192), (2560, 2560, 8192), (5120, 4352, 4096),
                 (3072, 3072, 4096), (4096, 4352, 4096)],
 }
+SUITES["random"] = []  # drawn per run: `random_shapes(--seed)`
+
+
+def random_shapes(seed: int, count: int = 48) -> list[tuple[int, int, int, bool]]:
+    """`count` problems (M, N, K, unaligned) with M, N, K log-uniform in [64, 16384]; a quarter of them odd: odd
+    dims, operands read from wider buffers so that their row strides are not multiples of 16 bytes (no TMA)."""
+    rng = random.Random(seed)
+    shapes = []
+    for i in range(count):
+        m, n, k = (round(math.exp(rng.uniform(math.log(64), math.log(16384)))) for _ in range(3))
+        odd = i % 4 == 3
+        if odd:
+            m, n, k = (x | 1 for x in (m, n, k))
+        shapes.append((m, n, k, odd))
+    return shapes
+
+
 BUDGET_SHAPES = [(8192, 8192, 8192), (4096, 14336, 4096)]
 
 
-def _operands(m: int, n: int, k: int, dtype: torch.dtype, copies: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """`copies` independent (a, b) pairs; b is a transposed [N, K] weight, as in nn.Linear."""
+def _operands(m: int, n: int, k: int, dtype: torch.dtype, copies: int,
+              unaligned: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`copies` independent (a, b) pairs; b is a transposed [N, K] weight, as in nn.Linear. `unaligned`: rows of an
+    odd number of elements (views into a buffer one column wider where K is even): no 16-byte alignment, no TMA."""
+    pad = 1 - k % 2 if unaligned else 0
     sets = []
     for _ in range(copies):
-        a = torch.randn(m, k, device="cuda").to(dtype)
-        b = torch.randn(n, k, device="cuda").to(dtype).t()
+        a = torch.randn(m, k + pad, device="cuda").to(dtype)[:, :k]
+        b = torch.randn(n, k + pad, device="cuda").to(dtype)[:, :k].t()
         sets.append((a, b))
     return sets
 
@@ -91,18 +112,20 @@ def describe_mx(m: int, n: int, k: int, spec, expand: bool, num_sms: int | None 
 
 
 def bench_full_chip(
-    shapes: list[tuple[int, int, int]], dtype: torch.dtype, schedules: list[str]
+    shapes: list[tuple[int, ...]], dtype: torch.dtype, schedules: list[str]
 ) -> list[dict[str, object]]:
+    """Each (M, N, K[, unaligned]) problem: smgemm (each schedule) and torch on the same operands, full chip."""
     spec = device_spec(torch.device("cuda"))
     tf32 = dtype == torch.float32 and tf32_enabled()  # the plans gemm makes (set by `table_dtype` for "tf32")
     rows = []
-    for m, n, k in progress(shapes, "full chip"):
-        sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype))
+    for m, n, k, *flags in progress(shapes, "full chip"):
+        unaligned = bool(flags and flags[0])
+        sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype), unaligned)
         peer = _torch_mm(dtype)
         ref = peer(*sets[0])
         t_peer = time_rotating(peer, sets)
         flop = 2 * m * n * k
-        row: dict[str, object] = {"M": m, "N": n, "K": k}
+        row: dict[str, object] = {"M": m, "N": n, "K": k, "unaligned": unaligned}
         err = 0.0
         timed = {}  # plan -> seconds: a schedule that resolves to a plan already timed is that same kernel
         for schedule in schedules:
@@ -272,12 +295,15 @@ def host_overhead(iters: int = 2000) -> list[dict[str, object]]:
     a = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(64, device="cuda", dtype=torch.bfloat16)
+    w = b.t().contiguous()
     calls = {
         "smgemm.matmul": lambda: smgemm.matmul(a, b),
         "smgemm.matmul num_sms=8": lambda: smgemm.matmul(a, b, num_sms=8),
         "smgemm.addmm (bias)": lambda: smgemm.addmm(bias, a, b),
         "torch.matmul": lambda: torch.matmul(a, b),
         "torch.addmm (bias)": lambda: torch.addmm(bias, a, b),
+        "smgemm.linear (bias)": lambda: smgemm.linear(a, w, bias),
+        "torch.nn.functional.linear (bias)": lambda: torch.nn.functional.linear(a, w, bias),
     }
     return [{"call": name, "host us/call": host_us_per_call(fn, iters)} for name, fn in calls.items()]
 
@@ -307,6 +333,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=["bf16"], type=choices_list([*DTYPES, "tf32"]),
                    help="comma list of " + ",".join(DTYPES) + ", tf32 (fp32 with TF32 allowed on both sides)")
     p.add_argument("--suite", default=["quick"], type=choices_list(SUITES), help="comma list of " + ",".join(SUITES))
+    p.add_argument("--seed", type=int, default=0, help="the draw of --suite random (48 problems; a quarter unaligned)")
     p.add_argument("--num-sms", default=[16, 32, 66, 100, 132], type=int_list,
                    help="budgets for the SM-constrained table ('' skips)")
     p.add_argument("--plot", default="smgemm_sm_scaling.png",
@@ -328,13 +355,18 @@ def run(args: argparse.Namespace) -> int:
         print(table(rows))
         return 0 if all(r["ok"] for r in rows) else 1
 
-    shapes = [s for name in args.suite for s in SUITES[name]]
+    shapes = [s for name in args.suite for s in (random_shapes(args.seed) if name == "random" else SUITES[name])]
     budgets = args.num_sms
     for name in args.dtype:  # --dtype '': no dense tables
         with table_dtype(name) as dtype:
             peer = "torch._scaled_mm(use_fast_accum=True)" if name == "fp8" else "torch.matmul"
             print(f"\n## {name}: full chip, smgemm.matmul vs {peer}")
-            print(table(bench_full_chip(shapes, dtype, args.schedules.split(","))))
+            rows = bench_full_chip(shapes, dtype, args.schedules)
+            print(table(rows))
+            ratios = [r["ratio"] for r in rows]
+            if ratios:
+                print(f"geometric mean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}, lowest "
+                      f"{min(ratios):.3f} ({len(ratios)} problems)")
             if budgets and name != "fp8":
                 print(f"\n## {name}: SM budget, smgemm.matmul(num_sms=n) vs cuBLASLt with an SM carve-out")
                 budget_rows = bench_budgets(BUDGET_SHAPES, dtype, budgets)
