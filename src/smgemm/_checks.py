@@ -129,21 +129,27 @@ def _scale_stride(name: str, scale: torch.Tensor | None, length: int, device: to
     return scale.stride(0) if scale.dim() == 1 else scale.stride(0 if axis == "row" else 1)
 
 
-def _check_input(c: torch.Tensor | None, m: int, n: int, device: torch.device) -> torch.Tensor | None:
-    """`input` (C) broadcast to [M, N]. Its dtype may be any of OUTPUT_DTYPES whatever the operands' (torch.addmm
-    asks for the operands' dtype): it is read and added in fp32."""
+def _dims(shape: tuple[int, ...]) -> str:
+    """An output shape for a message: "(M, N) = (4, 5)", "(B, M, N) = (2, 4, 5)"."""
+    return f"({', '.join(('B', 'M', 'N')[-len(shape):])}) = {shape}"
+
+
+def _check_input(c: torch.Tensor | None, shape: tuple[int, ...], device: torch.device) -> torch.Tensor | None:
+    """`input` (C) broadcast to the output's `shape` ([M, N] or [B, M, N]). Its dtype may be any of OUTPUT_DTYPES
+    whatever the operands' (torch.addmm asks for the operands' dtype): it is read and added in fp32."""
     if c is None:
         return None
     check_tensor("input", c)
     check_device("input", c, device)
     if c.dtype not in OUTPUT_DTYPES:
         raise TypeError(f"input must be one of {OUTPUT_DTYPES}, got {c.dtype}")
-    if c.dim() > 2 or any(s not in (1, t) for s, t in zip(reversed(c.shape), (n, m))):
-        raise ValueError(f"input must be broadcastable to (M, N) = ({m}, {n}), got shape {tuple(c.shape)}")
-    return c.expand(m, n)
+    if c.dim() > len(shape) or any(s not in (1, t) for s, t in zip(reversed(c.shape), reversed(shape))):
+        raise ValueError(f"input must be broadcastable to {_dims(shape)}, got shape {tuple(c.shape)}")
+    return c.expand(shape)
 
 
-def _check_out(out: torch.Tensor | None, m: int, n: int, out_dtype: torch.dtype, device: torch.device) -> None:
+def _check_out(out: torch.Tensor | None, shape: tuple[int, ...], out_dtype: torch.dtype,
+               device: torch.device) -> None:
     if out is None:
         return
     check_tensor("out", out)
@@ -151,8 +157,8 @@ def _check_out(out: torch.Tensor | None, m: int, n: int, out_dtype: torch.dtype,
     if not torch.compiler.is_compiling() and out.is_neg():  # traced tensors have no negative bit
         raise ValueError("out is a negative view (its values are the negation of its memory, e.g. "
                          "x.conj().imag); pass out.resolve_neg() or a plain tensor")
-    if tuple(out.shape) != (m, n):
-        raise ValueError(f"out must have shape (M, N) = ({m}, {n}), got {tuple(out.shape)}")
+    if tuple(out.shape) != shape:
+        raise ValueError(f"out must have shape {_dims(shape)}, got {tuple(out.shape)}")
     if out.dtype != out_dtype:
         raise TypeError(f"out must have dtype {out_dtype} (the result dtype), got {out.dtype}")
 
@@ -177,8 +183,8 @@ def check_gemm(a, b, c, beta, out, out_dtype, scale_a, scale_b) -> Checked:
         raise ValueError(f"scale_a / scale_b apply to float8_e4m3fn inputs only, got {a.dtype}")
     stride_sa = _scale_stride("scale_a", scale_a, m, a.device, "row")
     stride_sb = _scale_stride("scale_b", scale_b, n, a.device, "column")
-    c = _check_input(c, m, n, a.device)
-    _check_out(out, m, n, out_dtype, a.device)
+    c = _check_input(c, (m, n), a.device)
+    _check_out(out, (m, n), out_dtype, a.device)
     return Checked(m, k, n, out_dtype, c if beta != 0 else None, stride_sa, stride_sb)
 
 
@@ -214,22 +220,8 @@ def check_bmm(a, b, c, beta, out, out_dtype) -> CheckedBatch:
         raise TypeError(f"a and b must have the same dtype, got a: {a.dtype}, b: {b.dtype}")
     check_device("b", b, a.device)
     out_dtype = resolve_out_dtype(a.dtype, out_dtype)
-    if c is not None:
-        check_tensor("input", c)
-        check_device("input", c, a.device)
-        if c.dtype not in OUTPUT_DTYPES:
-            raise TypeError(f"input must be one of {OUTPUT_DTYPES}, got {c.dtype}")
-        if c.dim() > 3 or any(s not in (1, t) for s, t in zip(reversed(c.shape), (n, m, batch))):
-            raise ValueError(f"input must be broadcastable to (B, M, N) = ({batch}, {m}, {n}), got shape "
-                             f"{tuple(c.shape)}")
-        c = c.expand(batch, m, n)
-    if out is not None:
-        check_tensor("out", out)
-        check_device("out", out, a.device)
-        if tuple(out.shape) != (batch, m, n):
-            raise ValueError(f"out must have shape (B, M, N) = ({batch}, {m}, {n}), got {tuple(out.shape)}")
-        if out.dtype != out_dtype:
-            raise TypeError(f"out must have dtype {out_dtype} (the result dtype), got {out.dtype}")
+    c = _check_input(c, (batch, m, n), a.device)
+    _check_out(out, (batch, m, n), out_dtype, a.device)
     return CheckedBatch(batch, m, k, n, out_dtype, c if beta != 0 else None)
 
 
@@ -263,8 +255,8 @@ def check_mxfp4(a, w, c, beta, out, out_dtype) -> Checked:
         if name != "a" and t.stride(-1) != 1:
             raise ValueError(f"{name} must be contiguous along K (stride 1 in its last dim), got strides {t.stride()}")
     out_dtype = resolve_out_dtype(mx_dot_dtype(a), out_dtype)
-    c = _check_input(c, m, n, device)
-    _check_out(out, m, n, out_dtype, device)
+    c = _check_input(c, (m, n), device)
+    _check_out(out, (m, n), out_dtype, device)
     return Checked(m, k, n, out_dtype, c if beta != 0 else None)
 
 

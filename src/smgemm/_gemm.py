@@ -75,7 +75,8 @@ def gemm(
     a, b, c, scale_a, scale_b = (resolve_neg(t) for t in (a, b, c, scale_a, scale_b))
     m, k, n, out_dtype, c, stride_sa, stride_sb = check_gemm(a, b, c, beta, out, out_dtype, scale_a, scale_b)
     check_backend(a.device)
-    out = _output(out, c, [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)], m, n, out_dtype, a.device)
+    out = _output(out, c, [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)], (m, n), out_dtype,
+                  a.device)
     if m == 0 or n == 0:
         return out
     if k == 0 or alpha == 0:
@@ -117,10 +118,7 @@ def gemm_batched(
     a, b, c = (resolve_neg(t) for t in (a, b, c))
     batch, m, k, n, out_dtype, c = check_bmm(a, b, c, beta, out, out_dtype)
     check_backend(a.device)
-    if out is None:
-        out = _empty((batch, m, n), out_dtype, a.device)
-    else:
-        check_memory(out, c, [("a", a), ("b", b)])
+    out = _output(out, c, [("a", a), ("b", b)], (batch, m, n), out_dtype, a.device)
     if batch == 0 or m == 0 or n == 0:
         return out
     if k == 0 or alpha == 0:
@@ -133,11 +131,11 @@ def gemm_batched(
     return _finish(key, plan, ops, ints, meta, alpha, beta)
 
 
-def _output(out: torch.Tensor | None, c: torch.Tensor | None, operands: list, m: int, n: int,
+def _output(out: torch.Tensor | None, c: torch.Tensor | None, operands: list, shape: tuple[int, ...],
             out_dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The caller's `out` once its memory is checked against the operands', else a new [M, N] tensor."""
+    """The caller's `out` once its memory is checked against the operands', else a new tensor of `shape`."""
     if out is None:
-        return _empty((m, n), out_dtype, device)
+        return _empty(shape, out_dtype, device)
     check_memory(out, c, operands)
     return out
 
@@ -249,7 +247,7 @@ def gemm_mxfp4(
             a_dense, w_dense = a, expand_mxfp4(w, dot_dtype, num_sms)
         return gemm(a_dense, w_dense.t(), c=c_in, alpha=alpha, beta=beta, out=out,
                     out_dtype=out_dtype, schedule=schedule, num_sms=num_sms, config=config, smid_out=smid_out)
-    out = _output(out, c, operands, m, n, out_dtype, a.device)
+    out = _output(out, c, operands, (m, n), out_dtype, a.device)
     if m == 0 or n == 0:
         return out
     if k == 0 or alpha == 0:
