@@ -86,7 +86,6 @@ def _tracked(*tensors) -> bool:
     return False
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _FUNCTORCH = getattr(torch._C, "_functorch", None)
 
 
@@ -116,12 +115,17 @@ def _via_dispatcher(*tensors) -> bool:
 _AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _autocast(device: torch.device, *tensors):
+def _autocast(*tensors):
     """`tensors` as torch.autocast casts the inputs of matmul / addmm / linear (its lower-precision ops): floating
-    tensors to the autocast dtype of `device`'s type while autocast is on for it; others (fp8, MXFP4, None, bad
-    arguments the checks will name) as they are."""
-    if not torch.compiler.is_compiling() and not torch._C._is_any_autocast_enabled():  # Dynamo: not traceable
+    tensors to the autocast dtype of the first tensor's device type while autocast is on for it; others (MXFP4, None,
+    bad arguments the checks will name) as they are, and all of them when the first tensor is fp8 (an fp8 product
+    keeps its own rule). One C query when autocast is off (Dynamo cannot trace it; it sees autocast itself)."""
+    if not torch.compiler.is_compiling() and not torch._C._is_any_autocast_enabled():
         return tensors
+    first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+    if first is None or first.dtype == torch.float8_e4m3fn:
+        return tensors
+    device = first.device
     kind = device.type if device.type in ("cuda", "cpu") else None
     if kind is None or not torch.is_autocast_enabled(kind):
         return tensors
@@ -147,9 +151,7 @@ def _run(
     torch.compile)."""
     check_call(schedule, num_sms, alpha, beta, out_dtype)
     schedule, num_sms = _resolve(schedule, num_sms)
-    if (torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled()) and isinstance(a, torch.Tensor) \
-            and a.dtype != torch.float8_e4m3fn:  # (Dynamo cannot trace the C query: it sees autocast itself)
-        a, b, c = _autocast(a.device, a, b, c)
+    a, b, c = _autocast(a, b, c)
     if out is not None:
         if _tracked(a, b, c, scale_a, scale_b, out):
             raise RuntimeError("smgemm: functions with out= do not support automatic differentiation, but an "
@@ -182,10 +184,7 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
     else:
         raise ValueError("x must be a tensor of shape [..., K] (or an MXFP4Tensor)")
     bias = _bias_2d(bias, lead, w.shape[0])
-    if isinstance(x2, torch.Tensor):
-        x2, bias = _autocast(x2.device, x2, bias)
-    elif bias is not None:
-        (bias,) = _autocast(bias.device, bias)
+    x2, bias = _autocast(x2, bias)
     if _via_dispatcher(x2, bias):
         check_mxfp4(x2, w, bias, 1.0, None, out_dtype)  # as the eager path does, before the op
         a, a_scales = (x2.data, x2.scales) if isinstance(x2, MXFP4Tensor) else (x2, None)
@@ -303,8 +302,7 @@ def _run_batched(a, b, *, c=None, alpha=1.0, beta=1.0, out=None, out_dtype=None,
     """bmm / baddbmm: check the knobs, resolve defaults, then the kernel directly or the custom op."""
     check_call(schedule, num_sms, alpha, beta, out_dtype)
     schedule, num_sms = _resolve(schedule, num_sms)
-    if torch.compiler.is_compiling() or torch._C._is_any_autocast_enabled():
-        a, b, c = _autocast(a.device, a, b, c) if isinstance(a, torch.Tensor) else (a, b, c)
+    a, b, c = _autocast(a, b, c)
     if out is not None:
         if _tracked(a, b, c, out):
             raise RuntimeError("smgemm: functions with out= do not support automatic differentiation, but an "
