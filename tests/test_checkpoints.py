@@ -8,16 +8,11 @@ import torch
 
 import smgemm
 from smgemm.nn import MXFP4Linear
-
-transformers = pytest.importorskip("transformers")
+from test_llama import tiny_llama as _tiny_llama  # skips this module too where transformers is missing
 
 
 def tiny_llama(device, dtype=torch.bfloat16, **overrides):
-    config = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=32)
-    config.update(overrides)
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).to(device=device, dtype=dtype).eval()
+    return _tiny_llama(device, dtype, **{"num_hidden_layers": 1, **overrides})
 
 
 def test_mxfp4_linear_state_dict_round_trips_exactly(tmp_path, device):

@@ -609,7 +609,7 @@ def decide(
         spec = dataclasses.replace(spec, rates=_OVERRIDES.rates)
     config = _OVERRIDES.config or config
     schedule = _OVERRIDES.schedule or schedule
-    if config is None and schedule == "auto" and tuned is not None and _OVERRIDES.config is None:
+    if config is None and schedule == "auto" and tuned is not None:
         config, schedule = tuned
     if mxfp4:
         return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
