@@ -13,8 +13,7 @@ import triton.language as tl
 from .common import epilogue, k_loop, smid, tile_coords
 
 # Partial tiles a Stream-K finisher loads at once. With the finisher's own partial kept in registers, 1 and 4 ran
-# equally fast on the H200 (bf16 3072^2 x 8192), and 2 keeps
-# the 128 x 256 tile's kernel within 255 registers.
+# equally fast on the H200 (bf16 3072^2 x 8192), and 2 keeps the 128 x 256 tile's kernel within 255 registers.
 _FIXUP_UNROLL: tl.constexpr = tl.constexpr(2)
 
 
@@ -70,7 +69,7 @@ def gemm_kernel(
 ):
     pid = tl.program_id(0)
     if USE_INT64:
-        # Some operand's element offsets may pass 2^31 (the host's `_needs_int64`): every stride in int64, so that
+        # Some operand's element offsets may pass 2^31 (the host's `_checks.needs_int64`): every stride in int64, so that
         # each offset product (rows, columns and K steps alike) and each pointer increment is formed in 64 bits.
         stride_am, stride_ak = tl.cast(stride_am, tl.int64), tl.cast(stride_ak, tl.int64)
         stride_bk, stride_bn = tl.cast(stride_bk, tl.int64), tl.cast(stride_bn, tl.int64)
