@@ -1,4 +1,4 @@
-"""`python -m smgemm bench tp`: a tensor-parallel MLP whose all-reduce overlaps the next chunk's GEMMs .
+"""`python -m smgemm bench tp`: a tensor-parallel MLP whose all-reduce overlaps the next chunk's GEMMs.
 
 Megatron-style MLP shard on each of `world` ranks: y = all_reduce(silu(x @ W_up_r^T) @ W_down_r^T), with W_up split
 by rows (column-parallel) and W_down by columns (row-parallel). The overlapped version cuts the tokens into
