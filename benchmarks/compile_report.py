@@ -40,12 +40,12 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
-                    mx_swap=False, mx_prefetch=False, batched=False):
+                    mx_swap=False, mx_prefetch=False, batched=False, k_tail=False):
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
             "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1}
-    consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=True, HAS_C=has_c,
+    consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=not k_tail, HAS_C=has_c,
                   HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=False,
                   STREAMK=streamk, FIXUP_N=fixup_columns(TileConfig(*tile, num_warps=warps)), FLAG_LANES=32 * warps,
                   RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
@@ -71,7 +71,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
             signature[name] = "i32"
     order = list(names)
     attrs = {(order.index(n),): [["tt.divisibility", 16]] for n in order
-             if (n.endswith("_ptr") or n in _DIV16) and n not in consts}
+             if (n.endswith("_ptr") or n in _DIV16) and n not in consts and not (k_tail and n == "K")}
     src = triton.compiler.ASTSource(fn=gemm_kernel, signature=signature, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
 
@@ -131,18 +131,20 @@ def main():
     p.add_argument("--sass", action="store_true", help="the K loop's instruction mix (per thread, per K step)")
     p.add_argument("--ttgir", action="store_true", help="print the TTGIR")
     p.add_argument("--batched", action="store_true", help="the batched kernel (pointer path)")
+    p.add_argument("--k-tail", action="store_true", help="K not a multiple of BLOCK_K (nor of 16): a masked tail")
     args = p.parse_args()
     tile = tuple(int(x) for x in args.tile.split(","))
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
                              a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
                              tma_store=args.tma_store, layout=args.layout,
-                             mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched)
+                             mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,
+                             k_tail=args.k_tail)
     if args.ptx:
         print(kernel.asm["ptx"])
     if args.ttgir:
         print(kernel.asm["ttgir"])
     print(f"{args.dtype} {tile} w{args.warps} s{args.stages} streamk={args.streamk} mx=({args.a_mx},{args.b_mx}): "
-          f"{args.layout} tma={args.tma} flatten={args.flatten} store={args.tma_store}: "
+          f"{args.layout} tma={args.tma} flatten={args.flatten} store={args.tma_store} k_tail={args.k_tail}: "
           f"shared {kernel.metadata.shared} B; "
           f"warps {kernel.metadata.num_warps}; {ptxas_report(kernel)}")
     if args.sass:

@@ -198,49 +198,81 @@ def k_loop(
 
 
 @triton.jit
+def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, offs_k,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
+                INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr):
+    """acc + A[tile rows, K step it] @ B[K step it, tile cols]; MASK_K: pointer loads masked at K (the K tail)."""
+    if A_DESC == "stored":
+        b_a = a_ptr.load([pid_m * BLOCK_M, it * BLOCK_K])
+    elif A_DESC == "transposed":
+        b_a = tl.trans(a_ptr.load([it * BLOCK_K, pid_m * BLOCK_M]))
+    elif MASK_K:
+        b_a = tl.load(p_a, mask=offs_k[None, :] < K - it * BLOCK_K, other=0.0)
+    else:
+        b_a = tl.load(p_a)
+    if B_DESC == "stored":
+        b_b = b_ptr.load([it * BLOCK_K, pid_n * BLOCK_N])
+    elif B_DESC == "transposed":
+        b_b = tl.trans(b_ptr.load([pid_n * BLOCK_N, it * BLOCK_K]))
+    elif MASK_K:
+        b_b = tl.load(p_b, mask=offs_k[:, None] < K - it * BLOCK_K, other=0.0)
+    else:
+        b_b = tl.load(p_b)
+    if INTERPRETER:
+        b_a = b_a.to(tl.float32)
+        b_b = b_b.to(tl.float32)
+    # [BM, BK] @ [BK, BN] -> [BM, BN]
+    # fp8 on Hopper: the tensor cores' own accumulation (about 13 mantissa bits, Triton's default). Promoting
+    # to fp32 every K step (max_num_imprecise_acc=BLOCK_K) measured 3x slower, see docs/performance.md.
+    return tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION)
+
+
+@triton.jit
 def k_loop_dense(
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_DESC: tl.constexpr, B_DESC: tl.constexpr,
 ):
-    """k_loop for dense operands (bf16, fp16, fp32, fp8)."""
+    """k_loop for dense operands (bf16, fp16, fp32, fp8).
+
+    With a K tail read through pointers, only the tail's step is masked: a mask in every step would hide from the
+    compiler that whole rows of the step are in bounds, and it would load element by element (on the H200 that
+    made such GEMMs up to ~10x slower). TMA needs no mask (it zero-fills past the edge), so descriptor reads keep
+    one loop."""
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
     k_first = iter_start * BLOCK_K
+    # p_a / p_b are only read on the pointer path; elsewhere they are unused placeholders
+    p_a = a_ptr
+    p_b = b_ptr
     if A_DESC == "pointers":
         p_a = a_ptr + offs_m[:, None] * stride_am + (k_first + offs_k)[None, :] * stride_ak
     if B_DESC == "pointers":
         p_b = b_ptr + (k_first + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    PEEL: tl.constexpr = not EVEN_K and (A_DESC == "pointers" or B_DESC == "pointers")
+    full_end = iter_end
+    if PEEL:
+        full_end = tl.minimum(iter_end, K // BLOCK_K)  # the steps before the K tail
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in range(iter_start, iter_end):
-        if A_DESC == "stored":
-            b_a = a_ptr.load([pid_m * BLOCK_M, it * BLOCK_K])
-        elif A_DESC == "transposed":
-            b_a = tl.trans(a_ptr.load([it * BLOCK_K, pid_m * BLOCK_M]))
-        elif EVEN_K:
-            b_a = tl.load(p_a)
-        else:
-            b_a = tl.load(p_a, mask=offs_k[None, :] < K - it * BLOCK_K, other=0.0)
-        if B_DESC == "stored":
-            b_b = b_ptr.load([it * BLOCK_K, pid_n * BLOCK_N])
-        elif B_DESC == "transposed":
-            b_b = tl.trans(b_ptr.load([pid_n * BLOCK_N, it * BLOCK_K]))
-        elif EVEN_K:
-            b_b = tl.load(p_b)
-        else:
-            b_b = tl.load(p_b, mask=offs_k[:, None] < K - it * BLOCK_K, other=0.0)
-        if INTERPRETER:
-            b_a = b_a.to(tl.float32)
-            b_b = b_b.to(tl.float32)
-        # [BM, BK] @ [BK, BN] -> [BM, BN]
-        # fp8 on Hopper: the tensor cores' own accumulation (about 13 mantissa bits, Triton's default). Promoting
-        # to fp32 every K step (max_num_imprecise_acc=BLOCK_K) measured 3x slower, see docs/performance.md.
-        acc = tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION)
+    for it in range(iter_start, full_end):
+        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, offs_k, BLOCK_M, BLOCK_N, BLOCK_K,
+                          False, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC)
         if A_DESC == "pointers":
             p_a += BLOCK_K * stride_ak
         if B_DESC == "pointers":
             p_b += BLOCK_K * stride_bk
+    if PEEL:
+        if full_end < iter_end:  # the K tail, masked; its pointers formed anew, so the loop's die with the loop
+            k_tail = full_end * BLOCK_K
+            t_a = a_ptr
+            t_b = b_ptr
+            if A_DESC == "pointers":
+                t_a = a_ptr + offs_m[:, None] * stride_am + (k_tail + offs_k)[None, :] * stride_ak
+            if B_DESC == "pointers":
+                t_b = b_ptr + (k_tail + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+            acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, offs_k, BLOCK_M, BLOCK_N,
+                              BLOCK_K, True, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC)
     return acc
 
 

@@ -69,8 +69,8 @@ def gemm_kernel(
 ):
     pid = tl.program_id(0)
     if USE_INT64:
-        # Some operand's element offsets may pass 2^31 (the host's `_checks.needs_int64`): every stride in int64, so that
-        # each offset product (rows, columns and K steps alike) and each pointer increment is formed in 64 bits.
+        # Some operand's element offsets may pass 2^31 (the host's `_checks.needs_int64`): every stride in int64, so
+        # that each offset product (rows, columns and K steps alike) and each pointer increment is formed in 64 bits.
         stride_am, stride_ak = tl.cast(stride_am, tl.int64), tl.cast(stride_ak, tl.int64)
         stride_bk, stride_bn = tl.cast(stride_bk, tl.int64), tl.cast(stride_bn, tl.int64)
         stride_mxa, stride_mxb = tl.cast(stride_mxa, tl.int64), tl.cast(stride_mxb, tl.int64)
