@@ -55,6 +55,17 @@ class Rates:
     # What an iteration of a few-tile Stream-K 64 x 128 pointer tile costs with the deeper pipeline (`plan.py`'s
     # `_DEEP_STAGES`) relative to 4 stages.
     deep_factor: float = 0.85
+    # A plan whose operand rows are not aligned as its tile reads them fastest (16 bytes for TMA, 16 elements for
+    # pointer loads: an odd K, a sliced view) loads them element by element: 7-43x slower on the H200 with 64- to
+    # 256-wide tiles, 2.4-7.5x with 16-row decode tiles, which stream a weight. The planner charges the lower ends.
+    # Copying such an operand into an aligned buffer first (`plan.stage_pays`) costs `stage_fixed` a copy plus its
+    # bytes, read and written, at `stage_bytes_per_iter` on the whole device or `stage_sm_bytes_per_iter` per SM
+    # of a budget (2.4-2.8 TB/s, ~19 GB/s per SM). benchmarks/sweep_unaligned.py.
+    unaligned_slowdown: float = 6.0
+    unaligned_decode_slowdown: float = 2.4
+    stage_fixed: float = 4.0
+    stage_bytes_per_iter: float = 2.1e6
+    stage_sm_bytes_per_iter: float = 16e3
 
 
 H200_RATES = Rates()

@@ -26,7 +26,7 @@ from ._checks import (
     resolve_neg,
 )
 from ._device import device_spec, tf32_enabled
-from ._launch import Operands, launch, run_cached, static_args, tensor_args
+from ._launch import Operands, launch, row_alignment, run_cached, staged, static_args, tensor_args
 from .kernels.mx_expand import mx_expand_kernel
 from .mxfp4 import MXFP4Tensor
 from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, resolve_budget
@@ -85,9 +85,10 @@ def gemm(
     spec = device_spec(a.device)
     tuned = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) if config is None else None
     plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
-                  tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned)
-    ops = Operands(a, b, out, c, scale_a, scale_b, smid_out)
-    ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(a, b, out, c, scale_a, scale_b))
+                  tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned,
+                  operands=((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))))
+    ops = staged(plan, Operands(a, b, out, c, scale_a, scale_b, smid_out))
+    ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(ops.a, ops.b, out, c, scale_a, scale_b))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
 
 
@@ -190,7 +191,7 @@ def _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta) -> torch.Tensor | 
         return None
     plan, shape, dtype, has_c, ints, meta, launcher = seen
     out = _empty(shape, dtype, a.device)
-    tensors = tensor_args(plan, Operands(a, b, out, c if has_c else None, scale_a, scale_b))
+    tensors = tensor_args(plan, staged(plan, Operands(a, b, out, c if has_c else None, scale_a, scale_b)))
     launch(plan, tensors, ints, (float(alpha), float(beta)), meta, launcher)
     return out
 

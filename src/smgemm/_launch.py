@@ -13,6 +13,7 @@ from triton.runtime.errors import OutOfResources
 
 from ._device import device_spec
 from .kernels.gemm import gemm_kernel
+from .kernels.stage import stage_kernel
 from .mxfp4 import MXFP4Tensor
 from .plan import Plan, TileConfig
 
@@ -115,6 +116,60 @@ def tma_mode(t: torch.Tensor) -> int:
             return mode
     return 0
 
+
+
+def row_alignment(t: torch.Tensor) -> int:
+    """The elements (1, 2, 4, 8 or 16) to which every row (column, for a column-major `t`) of dense 2-D operand `t`
+    starts aligned, from its base address and its outer stride; 0 when neither stride is 1.
+
+    TMA needs 16 bytes. Pointer loads are vectorized only where Triton knows the alignment, which it takes from
+    integer arguments divisible by 16: an outer stride of 16 elements."""
+    if t.stride(1) == 1:
+        outer = t.stride(0)
+    elif t.stride(0) == 1:
+        outer = t.stride(1)
+    else:
+        return 0
+    elem = t.element_size()
+    base = (t.data_ptr() & -t.data_ptr()) // elem if t.data_ptr() else 16
+    return min(16, base, outer & -outer if outer else 16)
+
+
+# The staging copy's blocks and warps: under an SM budget a persistent grid of at most that many programs; on the
+# whole device one program per block, many resident per SM (a streaming kernel wants loads in flight).
+_STAGE = {"block_r": 32, "block_c": 256, "warps": 8}
+_STAGE_CHIP = {"block_r": 32, "block_c": 256, "warps": 4}
+
+
+def stage(t: torch.Tensor, budget: int) -> torch.Tensor:
+    """A copy of 2-D `t` whose rows are aligned to 16 elements (`row_alignment`; a column-major `t` is copied
+    column-major, the orientation the GEMM reads fastest), made on at most `budget` SMs. The copy is a view of exactly
+    `t`'s shape into a buffer with padded rows, from PyTorch's caching allocator on the current stream."""
+    column_major = t.stride(0) == 1 and t.stride(1) != 1
+    src = t.t() if column_major else t
+    rows, cols = src.shape
+    dst = torch.empty(rows, -(-cols // 16) * 16, dtype=t.dtype, device=t.device)[:, :cols]
+    whole = budget >= device_spec(t.device).num_sms
+    opts = _STAGE_CHIP if whole else _STAGE
+    tiles = -(-rows // opts["block_r"]) * -(-cols // opts["block_c"])
+    grid = tiles if whole else max(1, min(tiles, budget))
+    args = (src, dst, rows, cols, src.stride(0), src.stride(1), dst.stride(0), grid)
+    meta = dict(BLOCK_R=opts["block_r"], BLOCK_C=opts["block_c"])
+    if t.device.type != "cuda":
+        stage_kernel[(grid,)](*args, **meta)
+    else:
+        key = ("stage", t.device.index, t.dtype, args[2:], opts["warps"], src.data_ptr() % 16 == 0)
+        with torch.cuda.device(t.device):
+            run_cached(stage_kernel, grid, args, meta, t.device.index, key, num_warps=opts["warps"])
+    return dst.t() if column_major else dst
+
+
+def staged(plan: Plan, ops: Operands) -> Operands:
+    """`ops` with the operands the plan stages (`Plan.stage_a`, `stage_b`) replaced by aligned copies."""
+    if not (plan.stage_a or plan.stage_b):
+        return ops
+    return ops._replace(a=stage(ops.a, plan.sm_budget) if plan.stage_a else ops.a,
+                        b=stage(ops.b, plan.sm_budget) if plan.stage_b else ops.b)
 
 
 # Stream-K launch ids. A private generator, so that user code seeding `random` cannot make ids repeat (which would

@@ -157,6 +157,9 @@ class Plan:
     even_k: bool  # K % BLOCK_K == 0: the K loop needs no mask
     input_precision: str  # tl.dot's input_precision; only fp32 operands read it ("ieee" unless TF32 is allowed)
     dp_tiles: int  # tiles computed whole by the tile loop; the K-iterations of the rest are split (Stream-K)
+    # Copy A / B into a buffer with 16-byte aligned rows before the GEMM (`stage_pays`): their rows are not aligned
+    stage_a: bool = False
+    stage_b: bool = False
 
     @property
     def sk_tiles(self) -> int:
@@ -476,6 +479,33 @@ def make_mx_plan(
     return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
 
 
+def row_alignment_needed(cfg: TileConfig, dtype: torch.dtype) -> int:
+    """The row alignment, in elements, at which tile `cfg` reads an operand at full speed: 16 bytes for TMA, 16
+    elements for pointer loads (Triton vectorizes them only where it knows the stride is a multiple of 16)."""
+    return 16 // element_bytes(dtype) if cfg.tma else 16
+
+
+def stage_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, elements: int,
+               copies: int = 1) -> bool:
+    """Whether copying `elements` elements (in `copies` operands) whose rows are not aligned as the plan's tile reads
+    them fastest (`row_alignment_needed`) into aligned buffers before the GEMM is predicted faster than reading them
+    where they lie.
+
+    Read in place, such an operand allows neither TMA nor vectorized loads: the plan runs `Rates.unaligned_slowdown`
+    times its modelled time (`Rates.unaligned_decode_slowdown` with 16-row decode tiles). The copy costs
+    `Rates.stage_fixed` a copy plus its bytes, read and written, at what the budget's SMs copy; the GEMM then runs at
+    its modelled time.
+    """
+    rates = spec.rates
+    time = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
+                         rates)
+    slowdown = rates.unaligned_decode_slowdown if plan.config.block_m <= 16 else rates.unaligned_slowdown
+    rate = rates.stage_bytes_per_iter if plan.sm_budget >= spec.num_sms else min(
+        rates.stage_bytes_per_iter, plan.sm_budget * rates.stage_sm_bytes_per_iter)
+    copy = rates.stage_fixed * copies + 2 * elements * element_bytes(dtype) / rate
+    return copy < time * (slowdown - 1)
+
+
 def resolve_budget(num_sms: int | None, spec: DeviceSpec) -> int:
     """SMs a GEMM may occupy: all of the device's, or `num_sms` clamped to the device's count."""
     return spec.num_sms if num_sms is None else min(num_sms, spec.num_sms)
@@ -545,6 +575,7 @@ class _Overrides:
     config: TileConfig | None = None
     schedule: str | None = None
     rates: Rates | None = None
+    stage: bool | None = None
     version: int = 0
 
 
@@ -553,10 +584,12 @@ _OVERRIDES = _Overrides()
 
 @contextlib.contextmanager
 def overrides(*, config: TileConfig | None = None, schedule: str | None = None,
-              rates: Rates | None = None) -> Iterator[None]:
-    """Force the plans of the smgemm GEMMs called inside the block: a tile `config`, a `schedule`, or the model's
-    `rates` (the planner's measured constants, `smgemm.Rates`). What is not given is planned as usual; tuning files
-    are not consulted for a forced config or schedule. For tests, sweeps and users who measured better.
+              rates: Rates | None = None, stage: bool | None = None) -> Iterator[None]:
+    """Force the plans of the smgemm GEMMs called inside the block: a tile `config`, a `schedule`, the model's
+    `rates` (the planner's measured constants, `smgemm.Rates`), or whether operands whose rows are not 16-byte
+    aligned are copied into aligned buffers first (`stage`; `plan.stage_pays` decides otherwise). What is not given is
+    planned as usual; tuning files are not consulted for a forced config or schedule. For tests, sweeps and users
+    who measured better.
 
         with smgemm.plan.overrides(config=TileConfig(128, 128, 64, num_warps=8), schedule="streamk"):
             y = smgemm.matmul(a, b)
@@ -570,15 +603,18 @@ def overrides(*, config: TileConfig | None = None, schedule: str | None = None,
         raise TypeError(f"config must be a TileConfig, got {type(config).__name__}")
     if rates is not None and not isinstance(rates, Rates):
         raise TypeError(f"rates must be a smgemm.Rates, got {type(rates).__name__}")
-    saved = _OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates
+    if stage is not None and not isinstance(stage, bool):
+        raise TypeError(f"stage must be a bool, got {type(stage).__name__}")
+    saved = _OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates, _OVERRIDES.stage
     _OVERRIDES.config = config if config is not None else saved[0]
     _OVERRIDES.schedule = schedule if schedule is not None else saved[1]
     _OVERRIDES.rates = rates if rates is not None else saved[2]
+    _OVERRIDES.stage = stage if stage is not None else saved[3]
     _OVERRIDES.version += 1
     try:
         yield
     finally:
-        _OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates = saved
+        _OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates, _OVERRIDES.stage = saved
         _OVERRIDES.version += 1
 
 
@@ -601,10 +637,13 @@ def decide(
     mxfp4: bool = False,
     tuned: tuple[TileConfig, str] | None = None,
     batch: int = 1,
+    operands: tuple[tuple[int, int], tuple[int, int]] | None = None,
 ) -> Plan:
     """The plan of a GEMM call: the one place that weighs, in order, an `overrides` block, the caller's `config`,
     a tuning file's entry (`tuned`, for schedule "auto" and no config), the MXFP4 rules (`mxfp4`: an MXFP4 weight,
-    `dtype` the dot's dtype) and the model."""
+    `dtype` the dot's dtype) and the model, and then, given the dense `operands` A and B as (elements, row
+    alignment in elements: `_launch.row_alignment`), whether to copy those whose rows the tile cannot read at full
+    speed into aligned buffers first (`stage_pays`)."""
     if _OVERRIDES.rates is not None:
         spec = dataclasses.replace(spec, rates=_OVERRIDES.rates)
     config = _OVERRIDES.config or config
@@ -613,4 +652,16 @@ def decide(
         config, schedule = tuned
     if mxfp4:
         return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
-    return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch)
+    plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch)
+    if operands is None:
+        return plan
+    needed = row_alignment_needed(plan.config, dtype)
+    slow = [elements if alignment < needed else 0 for elements, alignment in operands]
+    if not any(slow):
+        return plan
+    stage = _OVERRIDES.stage
+    if stage is None:
+        stage = stage_pays(plan, m, n, k, dtype, spec, sum(slow), sum(x > 0 for x in slow))
+    if not stage:
+        return plan
+    return dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)

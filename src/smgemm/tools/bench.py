@@ -19,7 +19,8 @@ import torch
 import smgemm
 
 from .._device import INTERPRETER_SPEC, device_spec, tf32_enabled
-from ..plan import DTYPES, make_mx_plan, make_plan, mx_expands
+from .._launch import row_alignment
+from ..plan import DTYPES, decide, make_mx_plan, make_plan, mx_expands
 from .timing import (
     PLOT_SKIPPED,
     choices_list,
@@ -100,6 +101,7 @@ def describe(plan) -> str:
     cfg = plan.config
     split = f" sk {plan.sk_tiles}" if plan.sk_tiles else ""
     flags = "".join(f" {name}" for name in ("mx_swap", "mx_prefetch") if getattr(cfg, name))
+    flags += "".join(f" stage {x}" for x, staged in (("a", plan.stage_a), ("b", plan.stage_b)) if staged)
     return (f"{plan.schedule[:4]} {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages}"
             f"{flags} grid {plan.num_programs}{split}")
 
@@ -125,7 +127,8 @@ def bench_full_chip(
         ref = peer(*sets[0])
         t_peer = time_rotating(peer, sets)
         flop = 2 * m * n * k
-        row: dict[str, object] = {"M": m, "N": n, "K": k, "unaligned": unaligned}
+        # the alignment of the operands' rows, in elements (16: what every kernel reads at full speed)
+        row: dict[str, object] = {"M": m, "N": n, "K": k, "align": min(row_alignment(t) for t in sets[0])}
         err = 0.0
         timed = {}  # plan -> seconds: a schedule that resolves to a plan already timed is that same kernel
         for schedule in schedules:
@@ -142,7 +145,8 @@ def bench_full_chip(
                 row[f"{s} TFLOP/s"] for s in schedules[1:])
         if "streamk" in schedules and "data_parallel" in schedules:
             row["streamk/dp"] = row["streamk TFLOP/s"] / row["data_parallel TFLOP/s"]
-        row["plan"] = describe(smgemm.make_plan(m, n, k, dtype, spec, schedule=schedules[0], tf32=tf32))
+        operands = tuple((t.numel(), row_alignment(t)) for t in sets[0])
+        row["plan"] = describe(decide(m, n, k, dtype, spec, schedule=schedules[0], tf32=tf32, operands=operands))
         row["rel err"] = err
         rows.append(row)
         del sets

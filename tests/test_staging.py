@@ -1,0 +1,120 @@
+"""Operands whose rows are not aligned as the kernel reads them fastest (odd K or N, sliced views, unaligned bases,
+strides that are not a multiple of 16 elements): copied into aligned buffers first where the planner predicts it
+pays (`plan.stage_pays`), read in place otherwise; right either way."""
+
+import dataclasses
+
+import pytest
+import torch
+
+import smgemm
+from reference import assert_gemm_close, randn
+from smgemm._device import INTERPRETER_SPEC
+from smgemm._launch import Operands, row_alignment, stage, staged, static_args, tma_mode
+from smgemm.plan import decide, make_plan
+
+SCHEDULES = ("data_parallel", "persistent", "streamk")
+
+
+def _operands(device):
+    """(name, a, b) pairs, each with at least one operand whose rows (or columns) break 16-byte alignment."""
+    f16 = torch.float16
+    w = randn((40, 37), f16, device)
+    sliced = randn((24, 50), f16, device)[:, 3:40]  # base 6 bytes past an aligned start, row stride 100 bytes
+    return [
+        ("odd-k-weight", randn((24, 37), f16, device), w.t()),  # nn.Linear: b = W.T, W [N, K] with K odd
+        ("odd-n", randn((24, 32), f16, device), randn((32, 41), f16, device)),
+        ("a-col-major-odd-m", randn((23, 32), f16, device, transposed=True), randn((32, 40), f16, device)),
+        ("sliced", sliced, randn((37, 40), f16, device)),
+        ("fp32-odd-k", randn((24, 19), torch.float32, device), randn((40, 19), torch.float32, device).t()),
+        ("k-16-bytes-not-16-elements", randn((24, 40), f16, device), randn((48, 40), f16, device).t()),
+    ]
+
+
+@pytest.mark.parametrize("stage_them", [True, False])
+def test_unaligned_operands_staged_or_not(device, stage_them):
+    with smgemm.plan.overrides(stage=stage_them):
+        for name, a, b in _operands(device):
+            for schedule in SCHEDULES:
+                out = smgemm.matmul(a, b, schedule=schedule, num_sms=3)
+                assert_gemm_close(out, a, b), (name, schedule)
+            c = randn((a.shape[0], b.shape[1]), torch.float32, device)
+            out = smgemm.addmm(c, a, b, beta=0.5, alpha=2.0)
+            assert_gemm_close(out, a, b, c=c, alpha=2.0, beta=0.5), name
+
+
+def test_repeat_calls_stage_again(device):
+    # a repeated signature takes the cached path: it must copy the new call's data, not reuse the last copy
+    with smgemm.plan.overrides(stage=True):
+        for _ in range(3):
+            a, w = randn((24, 37), torch.float16, device), randn((40, 37), torch.float16, device)
+            assert_gemm_close(smgemm.matmul(a, w.t()), a, w.t())
+
+
+def test_stage_copies_exactly_into_aligned_rows(device):
+    for _, a, b in _operands(device):
+        for t in (a, b):
+            if row_alignment(t) == 16:
+                continue
+            copy = stage(t, budget=2)
+            assert copy.shape == t.shape and torch.equal(copy, t)
+            column_major = t.stride(0) == 1 and t.stride(1) != 1
+            assert row_alignment(copy) == 16
+            assert tma_mode(copy) == (2 if column_major else 1)  # in the orientation it had
+
+
+def test_staged_operands_take_the_descriptor_path(device):
+    a, w = randn((256, 37), torch.float16, device), randn((512, 37), torch.float16, device)
+    b, out = w.t(), torch.empty(256, 512, dtype=torch.float16, device=device)
+    cfg = smgemm.TileConfig(128, 128, 64, num_warps=8, tma=True, tma_store=True, flatten=True)
+    with smgemm.plan.overrides(stage=True):
+        plan = decide(256, 512, 37, torch.float16, INTERPRETER_SPEC, config=cfg,
+                      operands=((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))))
+    assert plan.stage_a and plan.stage_b
+    _, meta = static_args(plan, staged(plan, Operands(a, b, out)), 0, 0, False)
+    assert (meta["A_DESC"], meta["B_DESC"]) == ("stored", "transposed")
+    _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
+    assert (meta["A_DESC"], meta["B_DESC"]) == ("pointers", "pointers")
+
+
+@pytest.mark.parametrize("m, n, k, expect", [
+    (4096, 4096, 4097, True),   # compute-bound: the copy costs a few percent of the GEMM
+    (2048, 14336, 4095, True),
+    (1024, 1024, 1023, True),
+    (16, 4096, 4097, False),    # decode: bound by streaming the weight once; a copy would stream it three times
+    (64, 64, 63, False),        # a few microseconds of work: the copy's launch alone costs more
+])
+def test_planner_stages_where_it_pays(m, n, k, expect):
+    operands = ((m * k, 1), (n * k, 1))  # odd K: rows aligned to one element
+    plan = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=operands)
+    assert (plan.stage_a or plan.stage_b) == expect
+    # staging changes nothing else of the plan
+    assert dataclasses.replace(plan, stage_a=False, stage_b=False) == make_plan(m, n, k, torch.bfloat16,
+                                                                                 INTERPRETER_SPEC)
+    for num_sms in (8, 66):  # a budget copies as slowly as its SMs: the rule still holds where the GEMM dominates
+        budgeted = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, num_sms=num_sms, operands=operands)
+        assert budgeted.sm_budget == num_sms and (budgeted.stage_a or budgeted.stage_b) == expect
+
+
+def test_staging_follows_the_alignment_the_tile_needs():
+    big = ((4096 * 4096, 16), (4096 * 4096, 16))
+    plan = decide(4096, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC, operands=big)
+    assert plan.config.tma and not (plan.stage_a or plan.stage_b)
+    # rows 16 bytes apart but not 16 elements: TMA reads them as they are; pointer tiles would load them element
+    # by element, so a pointer-path plan copies them
+    eight = ((4096 * 4104, 8), (4096 * 4104, 8))
+    plan = decide(4096, 4096, 4104, torch.bfloat16, INTERPRETER_SPEC, operands=eight)
+    assert plan.config.tma and not (plan.stage_a or plan.stage_b)
+    pointer_tile = smgemm.TileConfig(128, 64, 64, num_warps=4, num_stages=4)
+    plan = decide(4096, 4096, 4104, torch.bfloat16, INTERPRETER_SPEC, config=pointer_tile, operands=eight)
+    assert plan.stage_a and plan.stage_b
+    with smgemm.plan.overrides(stage=True):  # forcing copies only what is unaligned
+        plan = decide(4096, 4096, 4104, torch.bfloat16, INTERPRETER_SPEC, config=pointer_tile,
+                      operands=((4096 * 4104, 16), (4096 * 4104, 2)))
+    assert not plan.stage_a and plan.stage_b
+
+
+def test_overrides_stage_must_be_bool():
+    with pytest.raises(TypeError, match="stage must be a bool"):
+        with smgemm.plan.overrides(stage=1):
+            pass
