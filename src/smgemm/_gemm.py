@@ -160,11 +160,11 @@ _SEEN_CALLS: dict[tuple, tuple] = {}
 _SEEN_CALLS_MAX = 4096
 
 
-def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple:
+def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple | None:
     if t is None:
-        return (None,)
+        return None
     if isinstance(t, MXFP4Tensor):
-        return (MXFP4Tensor, *_tensor_signature(t.data), *_tensor_signature(t.scales))
+        return MXFP4Tensor, _tensor_signature(t.data), _tensor_signature(t.scales)
     if t.is_neg():  # resolved (copied) on every call: never a repeat call
         raise TypeError("a negative view")
     return type(t), t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0
@@ -172,11 +172,13 @@ def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple:
 
 def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config) -> tuple | None:
     """The key of a call of `entry` ("gemm", "gemm_mxfp4") in _SEEN_CALLS, or None when an argument is not
-    what a key can describe."""
+    what a key can describe. Absent tensors cost no call: this runs on every eager call."""
     try:
         return (
-            entry, *_tensor_signature(a), *_tensor_signature(b), *_tensor_signature(c), c is not None and beta != 0,
-            *_tensor_signature(scale_a), *_tensor_signature(scale_b), out_dtype, schedule, type(num_sms), num_sms,
+            entry, _tensor_signature(a), _tensor_signature(b),
+            None if c is None else (_tensor_signature(c), beta != 0),
+            None if scale_a is None else _tensor_signature(scale_a),
+            None if scale_b is None else _tensor_signature(scale_b), out_dtype, schedule, type(num_sms), num_sms,
             config, getattr(a, "dtype", None) == torch.float32 and tf32_enabled(), tuning_version(),
             _OVERRIDES.version,
         )

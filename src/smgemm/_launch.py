@@ -206,14 +206,18 @@ class Launcher:
     Triton's own per-call path (`CompiledKernel[grid](...)`: a Python runner, launch metadata, `CudaLauncher`'s
     scratch allocation, two calls of empty hook chains) costs ~6 us of host time on the H200's host above its
     generated C launch function, which this calls directly with the same arguments (docs/performance.md, host
-    overhead). The global scratch in which device-built tensor descriptors live comes from PyTorch's caching
-    allocator on the current device and stream. While Triton's launch hooks are set (a profiler), and where the
-    compiled kernel is not laid out as expected, the launch goes through Triton's runner instead.
+    overhead). Tensors reach that function as their device addresses: given a tensor, it would call its `data_ptr`
+    through Python and ask the driver about the address (`cuPointerGetAttribute`), once per pointer argument; the
+    checks before every launch already placed each tensor on the launch's device. The global scratch in which
+    device-built tensor descriptors live comes from PyTorch's caching allocator on the current device and stream.
+    While Triton's launch hooks are set (a profiler), and where the compiled kernel is not laid out as expected, the
+    launch goes through Triton's runner instead, with the tensors themselves.
     """
 
-    def __init__(self, compiled, grid: int):
+    def __init__(self, compiled, grid: int, args: tuple):
         self.runner = compiled[(grid, 1, 1)]
         self.grid = grid
+        self.pointers = tuple(i for i, x in enumerate(args) if isinstance(x, torch.Tensor))
         try:
             run = compiled.run
             direct = run.profile_scratch_size == 0 and callable(run.launch)
@@ -233,8 +237,13 @@ class Launcher:
             finally:
                 _allocation._allocator.reset(token)
             return
+        # `args` (the caller's) keeps the tensors alive, and `scratch` its memory, until the launch is queued
         scratch = _scratch(self.scratch_bytes, 128, stream) if self.scratch_bytes else None
-        self.c_launch(self.grid, 1, 1, stream, *self.fixed, scratch, None, self.metadata, None, None, None, *args)
+        flat = list(args)
+        for i in self.pointers:
+            flat[i] = flat[i].data_ptr()
+        self.c_launch(self.grid, 1, 1, stream, *self.fixed, scratch.data_ptr() if scratch is not None else None,
+                      None, self.metadata, None, None, None, *flat)
 
 
 def _hooked(hook) -> bool:
@@ -271,7 +280,7 @@ def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, ke
             _allocation._allocator.reset(token)
         if len(LAUNCHERS) >= LAUNCHERS_MAX:  # bounded: a dropped key is found again in Triton's own cache
             LAUNCHERS.clear()
-        launcher = LAUNCHERS[key] = Launcher(compiled, grid)
+        launcher = LAUNCHERS[key] = Launcher(compiled, grid, (*args, *meta.values()))
     else:
         launcher((*args, *meta.values()), torch._C._cuda_getCurrentRawStream(device_index))
     return launcher

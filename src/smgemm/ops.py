@@ -202,6 +202,8 @@ def _bias_2d(bias: torch.Tensor | None, lead: torch.Size, n: int) -> torch.Tenso
         return None
     if not isinstance(bias, torch.Tensor):
         raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    if bias.dim() == 1 and bias.shape[0] == n:  # the usual [N] bias
+        return bias
     shape = (*lead, n)
     if bias.dim() > len(shape) or any(s not in (1, t) for s, t in zip(reversed(bias.shape), reversed(shape))):
         raise ValueError(f"bias must be broadcastable to the output shape {tuple(shape)} (e.g. [N] = [{n}]), got "
@@ -403,13 +405,14 @@ def linear(
         raise ValueError(f"weight must be 2-D [N, K], got {getattr(weight, 'shape', type(weight).__name__)}")
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"x.shape[-1] (K={x.shape[-1]}) must equal weight.shape[1] (got {weight.shape[1]})")
-    lead = x.shape[:-1]
-    bias = _bias_2d(bias, lead, weight.shape[0])
-    x2 = x.reshape(math.prod(lead), x.shape[-1])  # not -1: K may be 0
+    lead, n = x.shape[:-1], weight.shape[0]
+    bias = _bias_2d(bias, lead, n)
+    flat = x.dim() == 2  # no reshape either way (each view costs host time on every call)
+    x2 = x if flat else x.reshape(math.prod(lead), x.shape[-1])  # not -1: K may be 0
     if scale_a is not None and isinstance(scale_a, torch.Tensor) and scale_a.numel() > 1:
         scale_a = scale_a.reshape(-1, 1)
     if scale_b is not None and isinstance(scale_b, torch.Tensor) and scale_b.numel() > 1:
         scale_b = scale_b.reshape(1, -1)
     y = _run(x2, weight.t(), c=bias, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, schedule=schedule,
              num_sms=num_sms)
-    return y.reshape(*lead, weight.shape[0])
+    return y if flat else y.reshape(*lead, n)
