@@ -41,7 +41,10 @@ def main():
                  "us": per_call(lambda: real_launch(plan, tensors, ints, floats, meta, launcher))})
     stream = torch.cuda.current_stream().cuda_stream
     full = (*tensors, *ints, L.epoch(), *floats, *meta.values())
-    rows.append({"call": "cached launcher alone (direct C launch)", "us": per_call(lambda: launcher(full, stream))})
+    addressed = (*L.addresses(tensors), *full[len(tensors):])
+    rows.append({"call": "cached launcher alone (direct C launch)",
+                 "us": per_call(lambda: launcher(addressed, stream))})
+    rows.append({"call": "addresses(tensors)", "us": per_call(lambda: L.addresses(tensors))})
     rows.append({"call": "Triton's runner",
                  "us": per_call(lambda: launcher.runner(*full, stream=stream))})
     # Below Triton's runner: its CudaLauncher (scratch allocation in Python), then the generated C function itself,

@@ -211,6 +211,44 @@ def test_a_build_short_of_shared_memory_runs_with_fewer_stages(monkeypatch):
         assert len(G.LAUNCHERS) <= 3 and key in G.LAUNCHERS
 
 
+def test_a_cached_launch_passes_addresses(monkeypatch):
+    # Triton's C launch function, given a tensor, calls its data_ptr through Python and queries the driver: cached
+    # launches give it every tensor as its address instead, and the scratch for device-built descriptors too.
+    import smgemm._launch as G
+
+    launched = []
+
+    class Run:
+        profile_scratch_size, launch_cooperative_grid, launch_pdl, num_ctas, global_scratch_size = 0, 0, 0, 1, 64
+
+        def launch(self, *args):
+            launched.append(args)
+
+    class Compiled:
+        run, function, packed_metadata = Run(), "function", "metadata"
+
+        def __getitem__(self, grid):
+            return None
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **opts: Compiled()
+
+    monkeypatch.setattr(G, "LAUNCHERS", {})
+    monkeypatch.setattr(G, "_scratch", lambda size, alignment, stream: torch.empty(size, dtype=torch.int8))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    a, b = torch.zeros(4), torch.ones(4)
+    G.run_cached(Kernel(), 3, (a, 5, b), {"BLOCK": 16}, 0, "key")  # compiles (the kernel's own launch)
+    assert not launched
+    G.run_cached(Kernel(), 3, (a, 5, b), {"BLOCK": 16}, 0, "key")
+    (call,) = launched
+    assert call[:5] == (3, 1, 1, 7, "function") and isinstance(call[7], int)  # grid, stream; scratch address
+    assert call[-4:] == (a.data_ptr(), 5, b.data_ptr(), 16)
+    tensors = (a, b, torch.empty(2), torch.empty(2))
+    assert G.addresses(tensors) == tuple(t.data_ptr() for t in tensors)
+    assert G.addresses((a, b, tensors[2], tensors[2]))[3] == tensors[2].data_ptr()
+
+
 @pytest.mark.gpu
 def test_gpu_silent_wrong_answer_regressions():
     # The three that were wrong on the H200: K offsets past 2^31, negative views, alpha == 0.

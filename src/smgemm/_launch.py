@@ -214,10 +214,9 @@ class Launcher:
     launch goes through Triton's runner instead, with the tensors themselves.
     """
 
-    def __init__(self, compiled, grid: int, args: tuple):
+    def __init__(self, compiled, grid: int):
         self.runner = compiled[(grid, 1, 1)]
         self.grid = grid
-        self.pointers = tuple(i for i, x in enumerate(args) if isinstance(x, torch.Tensor))
         try:
             run = compiled.run
             direct = run.profile_scratch_size == 0 and callable(run.launch)
@@ -229,6 +228,8 @@ class Launcher:
             self.c_launch = None
 
     def __call__(self, args: tuple, stream: int) -> None:
+        """Launch with `args` in the kernel's order, tensors given as their device addresses (`addresses`); the
+        caller keeps the tensors alive until this returns (the launch is then queued on `stream`)."""
         hooks = knobs.runtime
         if self.c_launch is None or _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
             token = _allocation._allocator.set(_scratch)
@@ -237,13 +238,9 @@ class Launcher:
             finally:
                 _allocation._allocator.reset(token)
             return
-        # `args` (the caller's) keeps the tensors alive, and `scratch` its memory, until the launch is queued
-        scratch = _scratch(self.scratch_bytes, 128, stream) if self.scratch_bytes else None
-        flat = list(args)
-        for i in self.pointers:
-            flat[i] = flat[i].data_ptr()
+        scratch = _scratch(self.scratch_bytes, 128, stream) if self.scratch_bytes else None  # alive until queued
         self.c_launch(self.grid, 1, 1, stream, *self.fixed, scratch.data_ptr() if scratch is not None else None,
-                      None, self.metadata, None, None, None, *flat)
+                      None, self.metadata, None, None, None, *args)
 
 
 def _hooked(hook) -> bool:
@@ -253,9 +250,9 @@ def _hooked(hook) -> bool:
 
 
 def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, key: tuple | None,
-                launcher: Launcher | None = None, **compile_opts) -> Launcher:
-    """Launch `kernel` on the current stream through the cached launcher of `key` (or the `launcher` given); the
-    first launch of a key compiles (and runs) through Triton and caches the launcher. Returns the launcher.
+               **compile_opts) -> Launcher:
+    """Launch `kernel` on the current stream through the cached launcher of `key`; the first launch of a key
+    compiles (and runs) through Triton and caches the launcher. Returns the launcher.
 
     Triton asks the allocator in its context variable for the global scratch in which device-built tensor
     descriptors live; ours is set for the compiling launch only, so that other Triton users' allocator (or none) is
@@ -264,8 +261,7 @@ def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, ke
     The planner sizes pipelines from a model of shared memory; where Triton's build of a specialisation needs more
     than the device has (its layout conversions depend on the operands' alignment), the compile fails before
     anything runs and is retried with one pipeline stage fewer, down to one."""
-    if launcher is None:
-        launcher = LAUNCHERS.get(key)
+    launcher = LAUNCHERS.get(key)
     if launcher is None:
         token = _allocation._allocator.set(_scratch)
         try:
@@ -280,10 +276,18 @@ def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, ke
             _allocation._allocator.reset(token)
         if len(LAUNCHERS) >= LAUNCHERS_MAX:  # bounded: a dropped key is found again in Triton's own cache
             LAUNCHERS.clear()
-        launcher = LAUNCHERS[key] = Launcher(compiled, grid, (*args, *meta.values()))
+        launcher = LAUNCHERS[key] = Launcher(compiled, grid)
     else:
-        launcher((*args, *meta.values()), torch._C._cuda_getCurrentRawStream(device_index))
+        flat = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x for x in (*args, *meta.values()))
+        launcher(flat, torch._C._cuda_getCurrentRawStream(device_index))
     return launcher
+
+
+def addresses(tensors: tuple) -> tuple:
+    """`tensor_args`' tensors as device addresses, `out` (which stands in for every absent operand) read once."""
+    out = tensors[2]
+    o = out.data_ptr()
+    return tuple(o if t is out else t.data_ptr() for t in tensors)
 
 
 def launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher=None):
@@ -309,8 +313,13 @@ def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, fl
     if device.type != "cuda":  # the interpreter: nothing compiled, nothing to cache
         gemm_kernel[(grid,)](*tensors, *ints, epoch(), *floats, **meta)
         return None
-    key = None if launcher is not None else (
-        device.index, plan, *meta.values(), ints,
-        tuple(t.dtype for t in tensors), tuple(t.data_ptr() % 16 == 0 for t in tensors))
-    return run_cached(gemm_kernel, grid, (*tensors, *ints, epoch(), *floats), meta, device.index, key,
-                       launcher, num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
+    if launcher is None:
+        key = (device.index, plan, *meta.values(), ints, tuple(t.dtype for t in tensors),
+               tuple(t.data_ptr() % 16 == 0 for t in tensors))
+        launcher = LAUNCHERS.get(key)
+        if launcher is None:  # compile (and launch)
+            return run_cached(gemm_kernel, grid, (*tensors, *ints, epoch(), *floats), meta, device.index, key,
+                              num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
+    launcher((*addresses(tensors), *ints, epoch(), *floats, *meta.values()),
+             torch._C._cuda_getCurrentRawStream(device.index))
+    return launcher
