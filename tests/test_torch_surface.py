@@ -129,6 +129,7 @@ def test_fake_and_meta_tensors_get_shapes():
     assert m.shape == (16, 8) and m.device.type == "meta"
 
 
+@pytest.mark.filterwarnings("error:There is a performance drop")  # torch's per-element fallback: a batching rule
 def test_torch_func_grad_and_per_sample_grads(device):
     from torch.func import functional_call, grad, vmap
 
@@ -148,6 +149,41 @@ def test_torch_func_grad_and_per_sample_grads(device):
             torch.testing.assert_close(ours[name], want[name], rtol=1e-4, atol=1e-4)
     y = vmap(lambda row: smgemm.matmul(row, lin.weight.t()))(x.unsqueeze(1))
     torch.testing.assert_close(y.squeeze(1), F.linear(x, lin.weight), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("error:There is a performance drop")  # torch's per-element fallback: a batching rule
+def test_vmap_runs_the_batched_kernels(device):
+    from torch.func import vmap
+
+    f16 = torch.float16
+    x, w, bias = randn((5, 6, 32), f16, device), randn((5, 8, 32), f16, device), randn((5, 8), f16, device)
+    c = randn((6, 8), torch.float32, device)
+
+    def dense(a, b):
+        return (a.double() @ b.double()).to(f16)
+
+    cases = [  # (function, in_dims, operands, reference per element)
+        (lambda a, b: smgemm.matmul(a, b), (0, None), (x, w[0].t()), lambda a, b: dense(a, b)),
+        (lambda a, b: smgemm.matmul(a, b), (None, 0), (x[0], w.transpose(1, 2)), lambda a, b: dense(a, b)),
+        (lambda a, b: smgemm.matmul(a, b), (0, 0), (x, w.transpose(1, 2)), lambda a, b: dense(a, b)),
+        (lambda a, b: smgemm.linear(a, w[0], b), (0, 0), (x, bias), lambda a, b: dense(a, w[0].t()) + b),
+        (lambda a, b: smgemm.linear(a, b, bias[0]), (1, 0), (x.transpose(0, 1), w),
+         lambda a, b: dense(a, b.t()) + bias[0]),
+        (lambda a, k: smgemm.addmm(k, a, w[0].t(), beta=0.5), (0, None), (x, c),
+         lambda a, k: dense(a, w[0].t()) + 0.5 * k),
+        (lambda a, b: smgemm.bmm(a, b), (0, None), (x.reshape(5, 2, 3, 32), w[:2].transpose(1, 2)),
+         lambda a, b: torch.stack([dense(a[i], b[i]) for i in range(2)])),
+    ]
+    wq = smgemm.quantize_mxfp4(torch.randn(8, 32)).to(device)
+    w_mx = wq.dequantize(torch.float64)
+    cases.append((lambda a, b: smgemm.linear(a, wq, b), (0, 0), (x, bias),
+                  lambda a, b: (a.double() @ w_mx.t() + b.double()).to(f16)))
+    for fn, in_dims, args, ref in cases:
+        got = vmap(fn, in_dims=in_dims)(*args)
+        moved = [arg.movedim(d, 0) if d is not None else arg for arg, d in zip(args, in_dims)]
+        want = torch.stack([ref(*(arg[i] if d is not None else arg for arg, d in zip(moved, in_dims)))
+                            for i in range(5)])
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
 
 
 def test_export_with_a_dynamic_batch_saves_and_loads(tmp_path, device):

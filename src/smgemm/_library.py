@@ -265,3 +265,99 @@ def _batched_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
 
 
 register_flop_formula(torch.ops.smgemm.bmm)(_batched_flops)
+
+
+# vmap (torch.func) batching rules: a vmapped GEMM is one launch, not torch's fallback loop over the batch. An
+# operand mapped over dim d has that dim moved to the front. Only `a` (and `c`) mapped: the map folds into M (one
+# GEMM of B * M rows); `b` mapped too: one batched launch (`smgemm::bmm`), unmapped operands broadcast along the
+# batch with stride 0. fp8 scales that are mapped, or a mapped MXFP4 weight, run one product per batch element.
+# The rules call the ops themselves: a torch.func transform around the map (vmap of grad) differentiates through
+# the autograd.Function of `_with_functorch_twin`, whose generated vmap rule lands here.
+def _front(x: torch.Tensor | None, dim: int | None) -> torch.Tensor | None:
+    return x if x is None or dim is None else x.movedim(dim, 0)
+
+
+def _loop(op, info, in_dims, args) -> tuple[torch.Tensor, int]:
+    """One call of `op` per batch element: element i of each mapped argument, unmapped ones as they are."""
+    fronts = [_front(x, d) for x, d in zip(args, in_dims)]
+    outs = [op(*(x[i] if d is not None else x for x, d in zip(fronts, in_dims))) for i in range(info.batch_size)]
+    return torch.stack(outs), 0
+
+
+def _batched_input(c: torch.Tensor | None, c_dim: int | None, batch: int) -> torch.Tensor | None:
+    """A mapped input c (each element broadcastable to [M, N]) as [batch, rows, cols] broadcastable to
+    [batch, M, N]; an unmapped one as it is (it broadcasts along the batch)."""
+    if c is None or c_dim is None:
+        return c
+    c = c.movedim(c_dim, 0)
+    return c.reshape(batch, *(1,) * (3 - c.dim()), *c.shape[1:])
+
+
+def _folded_input(c: torch.Tensor | None, c_dim: int | None, batch: int, m: int, n: int) -> torch.Tensor | None:
+    """The input c of a product whose map folds into M, as [batch * M, N] (an unmapped row or scalar stays as it
+    is: it broadcasts over every row, folded or not)."""
+    if c is None:
+        return None
+    if c_dim is None and (c.dim() <= 1 or (c.dim() == 2 and c.shape[0] == 1)):
+        return c
+    return _batched_input(c, c_dim, batch).expand(batch, m, n).reshape(batch * m, n)
+
+
+@torch.library.register_vmap("smgemm::gemm")
+def _gemm_vmap(info, in_dims, a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
+    args = (a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
+    a_dim, b_dim, c_dim, _, _, _, sa_dim, sb_dim, _, _ = in_dims
+    batch = info.batch_size
+    a_f, b_f = _front(a, a_dim), _front(b, b_dim)
+    m, k = a_f.shape[-2:]
+    n = b_f.shape[-1]
+    if a_dim is not None and b_dim is None and sa_dim is None and sb_dim is None:
+        if scale_a is not None and scale_a.numel() > 1:  # one scale per row: the same rows in every element
+            scale_a = scale_a.reshape(1, m).expand(batch, m).reshape(batch * m, 1)
+        y = gemm_op(a_f.reshape(batch * m, k), b, _folded_input(c, c_dim, batch, m, n), alpha, beta, out_dtype,
+                      scale_a, scale_b, schedule, num_sms)
+        return y.reshape(batch, m, n), 0
+    if scale_a is not None or scale_b is not None:  # the batched kernel takes no scales
+        return _loop(gemm_op, info, in_dims, args)
+    a_f = a_f if a_dim is not None else a.expand(batch, m, k)
+    b_f = b_f if b_dim is not None else b.expand(batch, k, n)
+    return bmm_op(a_f, b_f, _batched_input(c, c_dim, batch), alpha, beta, out_dtype, schedule, num_sms), 0
+
+
+@torch.library.register_vmap("smgemm::bmm")
+def _bmm_vmap(info, in_dims, a, b, c, alpha, beta, out_dtype, schedule, num_sms):
+    """A map over batched products: one launch over (map x batch) products."""
+    a_dim, b_dim, c_dim = in_dims[:3]
+    vmap_batch = info.batch_size
+    a_f = _front(a, a_dim) if a_dim is not None else a.expand(vmap_batch, *a.shape)
+    b_f = _front(b, b_dim) if b_dim is not None else b.expand(vmap_batch, *b.shape)
+    inner, m, k = a_f.shape[1:]
+    n = b_f.shape[-1]
+    if c is not None:  # each element broadcastable to [inner, M, N]: as [map, inner, M, N], then folded
+        c_f = _front(c, c_dim) if c_dim is not None else c.unsqueeze(0)
+        c_f = c_f.reshape(c_f.shape[0], *(1,) * (4 - c_f.dim()), *c_f.shape[1:])
+        c = c_f.expand(vmap_batch, inner, m, n).reshape(vmap_batch * inner, m, n)
+    y = bmm_op(a_f.reshape(vmap_batch * inner, m, k), b_f.reshape(vmap_batch * inner, k, n), c, alpha, beta,
+                 out_dtype, schedule, num_sms)
+    return y.reshape(vmap_batch, inner, m, n), 0
+
+
+@torch.library.register_vmap("smgemm::gemm_mxfp4")
+def _gemm_mxfp4_vmap(info, in_dims, a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms):
+    """Mapped activations (and input) fold into M; a mapped weight runs one product per element."""
+    args = (a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms)
+    a_dim, as_dim, w_dim, ws_dim, c_dim = in_dims[:5]
+    if w_dim is not None or ws_dim is not None or (a_scales is not None and (a_dim is None) != (as_dim is None)):
+        return _loop(gemm_mxfp4_op, info, in_dims, args)
+    batch = info.batch_size
+    if a_dim is None:  # only the input is mapped
+        a = a.expand(batch, *a.shape)
+        a_scales = a_scales.expand(batch, *a_scales.shape) if a_scales is not None else None
+    else:
+        a, a_scales = _front(a, a_dim), _front(a_scales, as_dim)
+    m, n = a.shape[1], w_data.shape[0]
+    y = gemm_mxfp4_op(a.reshape(batch * m, a.shape[-1]),
+                      a_scales.reshape(batch * m, a_scales.shape[-1]) if a_scales is not None else None,
+                      w_data, w_scales, _folded_input(c, c_dim, batch, m, n), alpha, beta, out_dtype, schedule,
+                      num_sms)
+    return y.reshape(batch, m, n), 0
