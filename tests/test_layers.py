@@ -25,7 +25,7 @@ LAYERS = [
     ["ops"],
     ["nn", "partition"],
     ["__init__"],
-    ["tools", "tools.timing"],
+    ["tools", "tools.timing", "tools.attention"],
     ["tools.bench", "tools.overlap", "tools.tp"],
     ["tools.tune"],
     ["tools.cli"],

@@ -26,6 +26,20 @@ def test_overlap_bench_runs_and_checks_results():
     assert "partitioned / sequential" in _table(rows)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("partner", ["attention", "mxfp4"])
+def test_serving_step_bench_runs_and_checks_results(partner, tmp_path):
+    from smgemm.tools.overlap import bench_step, plot_step
+
+    rows, summary = bench_step(256, 8, 2048, [64, 96], reps=2, partner=partner, decode_layers=1)
+    assert [r["GEMM SMs"] for r in rows] == [64, 96]
+    for r in rows:
+        assert r["partitioned ms"] > 0 and r["modelled ms"] == max(r["GEMMs on k ms"], r["partner on rest ms"])
+    assert summary["best k"] in (64, 96) and summary["model's best ms"] > 0
+    message = plot_step(rows, summary, str(tmp_path / "step.png"), "test")
+    assert message.startswith("wrote") or "matplotlib is not installed" in message
+
+
 def test_kv_scores_matches_float64(device):
     # The overlap benchmark's bandwidth-bound kernel (a Triton GEMV), run through the interpreter on a CPU.
     from smgemm.tools.overlap import kv_scores

@@ -12,12 +12,22 @@ kernels do; torch.sum, by contrast, needs the whole chip). For each k the table 
   one of the SMs left over (disjoint; the driver rounds the first up to a multiple of 8 SMs on the H200).
 
 Every run draws fresh operands, checks the GEMM against torch and the GEMV against float64.
+
+`--step` runs one decoder layer's work of a mixed serving batch instead (`bench_step`): the GEMMs of a prefill
+chunk (QKV, O, gate/up, down of a Llama-3-8B-shaped layer for `--tokens` tokens) beside the decode batch's
+attention over a paged KV cache (`tools.attention.decode_attention`; or, with `--partner mxfp4`, the decode
+batch's own GEMMs on MXFP4 weights), sequentially, concurrently on two streams, and partitioned for each k. It
+reports each side alone on its partition (TFLOP/s, TB/s), the SM clock and power while each mode runs, and the
+pair model: the partitioned time cannot beat the slower side alone on its partition, so the best k's modelled
+time is min over k of max(GEMMs alone on k SMs, partner alone on the rest), which the measured time is divided by.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+import subprocess
+from collections.abc import Callable, Iterator
 
 import torch
 import triton
@@ -25,6 +35,7 @@ import triton.language as tl
 
 import smgemm
 
+from .attention import cache_bytes, decode_attention, paged_cache, reference_attention
 from .timing import PLOT_SKIPPED, environment, event_ms, int_list, pyplot, save_figure, shape, table
 
 
@@ -131,6 +142,148 @@ def plot_overlap(rows: list[dict[str, object]], path: str, title: str) -> str:
     return save_figure(fig, path)
 
 
+# A Llama-3-8B layer: hidden 4096, 32 query / 8 KV heads of 128, MLP 14336. (N, K) of each projection.
+STEP_PROJECTIONS = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
+
+
+@contextlib.contextmanager
+def gpu_sampler(samples: list[tuple[float, float]]) -> Iterator[None]:
+    """Append (SM clock MHz, power W) read by nvidia-smi every 20 ms while the block runs (nothing where nvidia-smi
+    is missing)."""
+    try:
+        proc = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                                 "-lms", "20"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate()
+        for line in out.splitlines():
+            try:
+                clock, power = (float(v) for v in line.split(","))
+            except ValueError:
+                continue
+            samples.append((clock, power))
+
+
+def _clock_power(run: Callable[[], object], reps: int) -> tuple[float, float]:
+    """Mean SM clock and power while `run` repeats for ~0.3 s (the first third of the samples dropped)."""
+    samples: list[tuple[float, float]] = []
+    with gpu_sampler(samples):
+        event_ms(run, reps, warm_s=0.3)
+    tail = samples[len(samples) // 3:] or [(float("nan"), float("nan"))]
+    return sum(c for c, _ in tail) / len(tail), sum(p for _, p in tail) / len(tail)
+
+
+def bench_step(tokens: int, batch: int, context: int, budgets: list[int], reps: int = 10, partner: str = "attention",
+               decode_layers: int = 8) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """One serving step's layer: the prefill chunk's GEMMs beside the decode batch's memory-bound work (see the
+    module docstring). Returns a row per k and a summary (modes' clocks and power, the best k against the model)."""
+
+    def steady_ms(run: Callable[[], object]) -> float:
+        return event_ms(run, reps, warm_s=0.2)
+
+    x = torch.randn(tokens, 4096, device="cuda").to(torch.bfloat16)
+    h = torch.randn(tokens, 14336, device="cuda").to(torch.bfloat16)
+    weights = {name: torch.randn(n, k, device="cuda").to(torch.bfloat16) for name, (n, k) in STEP_PROJECTIONS.items()}
+    flops = 2 * tokens * sum(n * k for n, k in STEP_PROJECTIONS.values())
+
+    def gemms(num_sms: int | None = None) -> Callable[[], None]:
+        def run() -> None:
+            for name, w in weights.items():
+                smgemm.matmul(h if name == "down" else x, w.t(), num_sms=num_sms)
+        return run
+
+    if partner == "attention":
+        q, k_cache, v_cache, table_, lens = paged_cache(batch, 8, 128, context)
+        moved = cache_bytes(k_cache, lens)
+        out = decode_attention(q, k_cache, v_cache, table_, lens)
+        few = slice(0, 2)  # the float64 reference of two sequences
+        ref = reference_attention(q[few], k_cache, v_cache, table_[few], lens[few])
+        bound = 2.0**-8 * (ref.abs() + v_cache.abs().max().double()) + 1e-4  # bf16 out and probabilities
+        if not ((out[few].double() - ref).abs() <= bound).all():
+            raise RuntimeError("decode attention disagrees with SDPA before timing")
+
+        def side(num_programs: int | None = None) -> Callable[[], None]:
+            return lambda: decode_attention(q, k_cache, v_cache, table_, lens, num_programs=num_programs)
+    elif partner == "mxfp4":
+        xs = torch.randn(batch, 4096, device="cuda").to(torch.bfloat16)
+        hs = torch.randn(batch, 14336, device="cuda").to(torch.bfloat16)
+        layers = [{name: smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda")) for name, (n, k) in
+                   STEP_PROJECTIONS.items()} for _ in range(decode_layers)]
+        moved = sum(w.data.numel() + w.scales.numel() for layer in layers for w in layer.values())
+
+        def side(num_programs: int | None = None) -> Callable[[], None]:
+            sms = None if num_programs is None else max(1, num_programs // 2)
+
+            def run() -> None:
+                for layer in layers:
+                    for name, w in layer.items():
+                        smgemm.linear(hs if name == "down" else xs, w, num_sms=sms)
+            return run
+    else:
+        raise ValueError(f"partner must be 'attention' or 'mxfp4', got {partner!r}")
+
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    t_gemm, t_side = steady_ms(gemms()), steady_ms(side())
+    seq = lambda: (gemms()(), side()())
+    conc = lambda: _side_by_side((s1, gemms()), (s2, side()))
+    t_seq, t_conc = steady_ms(seq), steady_ms(conc)
+    summary: dict[str, object] = {
+        "GEMMs alone ms": t_gemm, "GEMM TFLOP/s": flops / t_gemm / 1e9, f"{partner} alone ms": t_side,
+        f"{partner} TB/s": moved / t_side / 1e9, "sequential ms": t_seq, "concurrent ms": t_conc,
+        "concurrent / sequential": t_conc / t_seq,
+        "sequential MHz, W": _clock_power(seq, reps), "concurrent MHz, W": _clock_power(conc, reps),
+    }
+    rows = []
+    for k in budgets:
+        g_part, p_part = smgemm.SMPartition.split(k)
+        rest = p_part.num_sms
+        with g_part:
+            t_g = steady_ms(gemms(k))
+        with p_part:
+            t_p = steady_ms(side(2 * rest))
+        part = lambda g=g_part, p=p_part, k=k, rest=rest: _side_by_side((g.stream, gemms(k)),
+                                                                        (p.stream, side(2 * rest)))
+        t_part = steady_ms(part)
+        rows.append({
+            "GEMM SMs": k, "partner SMs": rest, "isolated": g_part.isolated and p_part.isolated,
+            "GEMMs on k ms": t_g, "GEMM TFLOP/s": flops / t_g / 1e9, "partner on rest ms": t_p,
+            "partner TB/s": moved / t_p / 1e9, "partitioned ms": t_part, "partitioned / sequential": t_part / t_seq,
+            "modelled ms": max(t_g, t_p), "measured / modelled": t_part / max(t_g, t_p),
+        })
+    best = min(rows, key=lambda r: r["partitioned ms"])
+    modelled = min(r["modelled ms"] for r in rows)
+    g_part, p_part = smgemm.SMPartition.split(best["GEMM SMs"])
+    summary.update({
+        "best k": best["GEMM SMs"], "best partitioned / sequential": best["partitioned / sequential"],
+        "model's best ms": modelled, "best measured / model's best": best["partitioned ms"] / modelled,
+        "partitioned MHz, W": _clock_power(lambda: _side_by_side((g_part.stream, gemms(best["GEMM SMs"])),
+                                                                 (p_part.stream, side(2 * p_part.num_sms))), reps),
+    })
+    return rows, summary
+
+
+def plot_step(rows: list[dict[str, object]], summary: dict[str, object], path: str, title: str) -> str:
+    """PNG of the serving step's wall time against k: sequential, concurrent, partitioned and the pair model."""
+    plt = pyplot()
+    if plt is None:
+        return PLOT_SKIPPED.format(path)
+    sms = [r["GEMM SMs"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.axhline(summary["sequential ms"], ls=":", color="gray", label="sequential (full chip each)")
+    ax.axhline(summary["concurrent ms"], ls="--", label="concurrent, two streams")
+    ax.plot(sms, [r["partitioned ms"] for r in rows], "o-", label="partitioned: GEMMs on k SMs, partner on the rest")
+    ax.plot(sms, [r["modelled ms"] for r in rows], "x:", label="model: the slower side alone on its partition")
+    ax.set(title=title, xlabel="k: SMs given to the GEMMs", ylabel="wall time per step (ms)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gemm", default=(8192, 8192, 8192), type=shape, help="MxNxK of the bf16 GEMM (B an [N, K] weight)")
     p.add_argument("--mem-gb", type=float, default=6.0, help="GB the bandwidth-bound GEMV reads")
@@ -140,12 +293,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the GEMV kernel's block_r,block_c,stages,warps")
     p.add_argument("--evict-first", action="store_true", help="the GEMV's loads leave L2 first (evict_first)")
     p.add_argument("--plot", default="smgemm_overlap.png", help="PNG path ('' skips)")
+    p.add_argument("--step", action="store_true",
+                   help="a serving step's layer: prefill GEMMs beside decode attention (or --partner mxfp4)")
+    p.add_argument("--tokens", type=int, default=2048, help="--step: prefill tokens (the GEMMs' M)")
+    p.add_argument("--batch", type=int, default=64, help="--step: decode sequences")
+    p.add_argument("--context", type=int, default=16384, help="--step: tokens in each decode sequence's KV cache")
+    p.add_argument("--partner", default="attention", choices=("attention", "mxfp4"),
+                   help="--step: the memory-bound side: paged decode attention, or MXFP4 decode GEMMs")
+    p.add_argument("--decode-layers", type=int, default=8, help="--step --partner mxfp4: layers of decode GEMMs")
 
 
 def run(args: argparse.Namespace) -> int:
     print(environment())
     if not torch.cuda.is_available():
         print("The overlap benchmark needs a CUDA GPU (it times concurrent streams); nothing to do on a CPU.")
+        return 0
+    if args.step:
+        rows, summary = bench_step(args.tokens, args.batch, args.context, args.num_sms, args.reps, args.partner,
+                                   args.decode_layers)
+        print(table(rows))
+        print(table([{"what": key, "value": value} for key, value in summary.items()]))
+        if args.plot:
+            print(plot_step(rows, summary, args.plot, f"prefill {args.tokens} GEMMs + decode {args.partner}, "
+                                                     f"batch {args.batch} x {args.context}"))
         return 0
     if len(args.gemv) != 4:
         raise SystemExit("--gemv takes four ints: block_r,block_c,stages,warps")
