@@ -36,7 +36,8 @@ def test_grid_respects_budget_and_config_fits(m, n, k, dtype, spec, schedule, nu
     budget = spec.num_sms if num_sms is None else min(num_sms, spec.num_sms)
     assert plan.sm_budget == budget
     assert plan.num_tiles == -(-m // cfg.block_m) * -(-n // cfg.block_n)
-    if num_sms is not None or plan.schedule != "data_parallel":
+    whole = num_sms is None or num_sms >= spec.num_sms  # the whole device: no cap below its SMs
+    if not whole or plan.schedule != "data_parallel":
         assert 1 <= plan.num_programs <= budget
     else:
         assert plan.num_programs == plan.num_tiles
@@ -302,8 +303,10 @@ def test_mxfp4_decode_runs_one_program_per_tile_when_tiles_fill_the_device():
     plan = make_mx_plan(16, 14336, 4096, torch.bfloat16, H200)
     assert (plan.schedule, plan.num_programs, plan.num_tiles) == ("data_parallel", 224, 224)
     assert make_mx_plan(1, 28672, 4096, torch.bfloat16, H200).num_programs == 448
-    # Any budget, even every SM, caps the grid: num_sms is the most programs a GEMM launches.
-    assert make_mx_plan(1, 28672, 4096, torch.bfloat16, H200, num_sms=132).num_programs <= 132
+    # A budget of every SM (or more) is the whole device, as None: the same plan.
+    for every in (132, 500):
+        assert make_mx_plan(1, 28672, 4096, torch.bfloat16, H200, num_sms=every) == make_mx_plan(
+            1, 28672, 4096, torch.bfloat16, H200)
     # Fewer 16 x 64 tiles than SMs: a short K loop runs data-parallel over 16 x 32 tiles when those fill >= 90%
     # of the SMs; a long one, or too few tiles even then, Stream-K splits.
     plan = make_mx_plan(16, 4096, 4096, torch.bfloat16, H200)
@@ -311,7 +314,7 @@ def test_mxfp4_decode_runs_one_program_per_tile_when_tiles_fill_the_device():
     assert make_mx_plan(1, 6144, 4096, torch.bfloat16, H200).num_programs == 192
     assert make_mx_plan(16, 4096, 14336, torch.bfloat16, H200).schedule == "streamk"
     assert make_mx_plan(16, 2048, 4096, torch.bfloat16, H200).schedule == "streamk"
-    assert make_mx_plan(16, 4096, 4096, torch.bfloat16, H200, num_sms=132).schedule == "streamk"
+    assert make_mx_plan(16, 4096, 4096, torch.bfloat16, H200, num_sms=131).schedule == "streamk"
     # A budget below the device's, an explicit schedule or config: the grid stays within the budget as always.
     assert make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, num_sms=66).num_programs <= 66
     assert make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, schedule="persistent").num_programs == 132

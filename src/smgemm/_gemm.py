@@ -29,7 +29,7 @@ from ._device import device_spec, tf32_enabled
 from ._launch import Operands, launch, row_alignment, run_cached, staged, static_args, tensor_args
 from .kernels.mx_expand import mx_expand_kernel
 from .mxfp4 import MXFP4Tensor
-from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, resolve_budget
+from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, resolve_budget, whole_device
 from .tuning import lookup, tuning_version
 
 
@@ -287,13 +287,14 @@ def expand_mxfp4_pair(a: MXFP4Tensor, w: MXFP4Tensor, dtype: torch.dtype, num_sm
 
 
 def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None, blocks: dict) -> list:
-    opts = {**(_EXPAND if num_sms is not None else _EXPAND_CHIP), **blocks}
     device, k = ts[0].device, ts[0].shape[1]
+    whole = whole_device(num_sms, device_spec(device))
+    opts = {**(_EXPAND_CHIP if whole else _EXPAND), **blocks}
     outs = [_empty((t.shape[0], k), dtype, device) for t in ts]
     block_k = min(opts["block_k"], max(32, 1 << (k - 1).bit_length()))
     tiles = sum(-(-t.shape[0] // opts["block_r"]) for t in ts) * -(-k // block_k)
     budget = resolve_budget(num_sms, device_spec(device))
-    if num_sms is None and opts.get("per_sm") is not None:
+    if whole and opts.get("per_sm") is not None:
         budget = tiles if opts["per_sm"] == 0 else budget * opts["per_sm"]
     grid = max(1, min(tiles, budget))
     ops = [(t.data, t.scales, out, t.shape[0], t.data.stride(0), t.scales.stride(0), out.stride(0))

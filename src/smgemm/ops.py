@@ -1,9 +1,9 @@
 """The public GEMM functions, with torch's semantics plus two knobs: `schedule` and `num_sms`.
 
-`num_sms` is the SM budget: None lets the GEMM use every SM of the tensors' device; an int >= 1 (clamped to the
-device's SM count) caps the launch grid, so the GEMM never occupies more SMs than that and the rest of the chip
-stays free for other work. `schedule` is "auto", "data_parallel", "persistent" or "streamk" (README.md,
-docs/streamk.md); every schedule gives the same result for the same inputs and budget on every run.
+`num_sms` is the SM budget: None lets the GEMM use every SM of the tensors' device, and so does an int at or above
+the device's SM count; a smaller int >= 1 caps the launch grid, so the GEMM never occupies more SMs than that and
+the rest of the chip stays free for other work. `schedule` is "auto", "data_parallel", "persistent" or "streamk"
+(README.md, docs/streamk.md); every schedule gives the same result for the same inputs and budget on every run.
 
 Arguments left as None take the values of the innermost `sm_budget(...)` block (then the whole device and
 "auto"). Calls that autograd must record, and calls traced by torch.compile, go through the

@@ -463,12 +463,12 @@ def make_mx_plan(
       fixup: 14336 x 4096 and 28672 x 4096 ran 17-22% faster than the Stream-K plan. With fewer 16 x 64 tiles than SMs
       but a short K loop (K <= _MX_DECODE_SHORT_K) and 16 x 32 tiles for >= 90% of the SMs, data-parallel over those
       narrower tiles: 16 x 4096 x 4096 13.1 -> 11.4 us, 16 x 6144 x 4096 17.1 -> 15.8; with longer K loops (5120 and up)
-      Stream-K's split stays faster. Otherwise Stream-K splits the tiles; with a budget (even one of every SM) the grid
+      Stream-K's split stays faster. Otherwise Stream-K splits the tiles; with a budget below the device's SMs the grid
       stays within it, as for every GEMM.
     """
     if config is None:
         config = mx_config(m, n, k)
-        decode = schedule == "auto" and num_sms is None and config is not None and m <= 16  # no budget given
+        decode = schedule == "auto" and whole_device(num_sms, spec) and config is not None and m <= 16
         if decode and math.ceil(n / config.block_n) >= spec.num_sms:
             schedule = "data_parallel"  # one program per tile, like a data-parallel launch
         elif decode and k <= _MX_DECODE_SHORT_K and math.ceil(n / 32) >= spec.rates.sk_align_fill * spec.num_sms:
@@ -511,6 +511,13 @@ def resolve_budget(num_sms: int | None, spec: DeviceSpec) -> int:
     return spec.num_sms if num_sms is None else min(num_sms, spec.num_sms)
 
 
+def whole_device(num_sms: int | None, spec: DeviceSpec) -> bool:
+    """Whether a budget leaves the GEMM the whole device (None, or at least its SM count): then, and only then, a
+    launch may have more programs than SMs (one per tile; they still run on the device's SMs only). A smaller
+    budget caps the grid, so the GEMM occupies at most that many SMs."""
+    return num_sms is None or num_sms >= spec.num_sms
+
+
 @functools.lru_cache(maxsize=4096)
 def make_plan(
     m: int,
@@ -528,9 +535,9 @@ def make_plan(
     """Plan an (m, n, k) GEMM with `dtype` operands on the device described by `spec` (`batch` of them in one
     launch: their tiles share the schedule; batched products read through pointers).
 
-    `num_sms` is the caller's SM budget (None: the whole device); `config` overrides the tile model (tests and
-    tuning use it). The returned plan's grid never exceeds the budget unless the caller asked for plain
-    data-parallel tiles with no budget.
+    `num_sms` is the caller's SM budget (None, or the device's SM count or more: the whole device); `config`
+    overrides the tile model (tests and tuning use it). The returned plan's grid never exceeds a budget below the
+    device's SMs; on the whole device a data-parallel plan has one program per tile.
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -550,8 +557,8 @@ def make_plan(
     split = streamk_split(num_tiles, k_iters, budget, sk_waves, spec.rates) if chosen == "streamk" else None
     if split is not None:
         schedule, (dp_tiles, num_programs) = "streamk", split
-    elif schedule == "data_parallel" and num_sms is None:
-        dp_tiles = num_programs = num_tiles  # one program per tile; an explicit budget caps the grid instead
+    elif schedule == "data_parallel" and whole_device(num_sms, spec):
+        dp_tiles = num_programs = num_tiles  # one program per tile; a smaller budget caps the grid instead
     else:
         # Persistent also for "streamk" when nothing needs splitting (every wave full, or splits too thin).
         schedule, dp_tiles, num_programs = "persistent", num_tiles, min(budget, num_tiles)
