@@ -228,6 +228,20 @@ def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, offs_k,
 
 
 @triton.jit
+def _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, k0, stride_am, stride_ak, stride_bk, stride_bn,
+                    A_DESC: tl.constexpr, B_DESC: tl.constexpr):
+    """Pointers to the [BM, BK] A and [BK, BN] B blocks at K offset k0 of operands read through pointers; an
+    operand read through a descriptor gets its base back, never read as a pointer."""
+    p_a = a_ptr
+    p_b = b_ptr
+    if A_DESC == "pointers":
+        p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
+    if B_DESC == "pointers":
+        p_b = b_ptr + (k0 + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    return p_a, p_b
+
+
+@triton.jit
 def k_loop_dense(
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -242,14 +256,8 @@ def k_loop_dense(
     one loop."""
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
-    k_first = iter_start * BLOCK_K
-    # p_a / p_b are only read on the pointer path; elsewhere they are unused placeholders
-    p_a = a_ptr
-    p_b = b_ptr
-    if A_DESC == "pointers":
-        p_a = a_ptr + offs_m[:, None] * stride_am + (k_first + offs_k)[None, :] * stride_ak
-    if B_DESC == "pointers":
-        p_b = b_ptr + (k_first + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    p_a, p_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, iter_start * BLOCK_K, stride_am, stride_ak,
+                               stride_bk, stride_bn, A_DESC, B_DESC)
     PEEL: tl.constexpr = not EVEN_K and (A_DESC == "pointers" or B_DESC == "pointers")
     full_end = iter_end
     if PEEL:
@@ -264,13 +272,8 @@ def k_loop_dense(
             p_b += BLOCK_K * stride_bk
     if PEEL:
         if full_end < iter_end:  # the K tail, masked; its pointers formed anew, so the loop's die with the loop
-            k_tail = full_end * BLOCK_K
-            t_a = a_ptr
-            t_b = b_ptr
-            if A_DESC == "pointers":
-                t_a = a_ptr + offs_m[:, None] * stride_am + (k_tail + offs_k)[None, :] * stride_ak
-            if B_DESC == "pointers":
-                t_b = b_ptr + (k_tail + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+            t_a, t_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, full_end * BLOCK_K, stride_am,
+                                       stride_ak, stride_bk, stride_bn, A_DESC, B_DESC)
             acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, offs_k, BLOCK_M, BLOCK_N,
                               BLOCK_K, True, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC)
     return acc
