@@ -23,7 +23,7 @@ LAYERS = [
     ["_gemm"],
     ["_library"],
     ["ops"],
-    ["nn", "partition"],
+    ["nn", "partition", "parallel"],
     ["__init__"],
     ["tools", "tools.timing", "tools.attention"],
     ["tools.bench", "tools.overlap", "tools.tp"],

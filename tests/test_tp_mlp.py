@@ -20,3 +20,15 @@ def test_two_ranks_match_the_unsharded_mlp():
 def test_ffn_must_split_evenly():
     with pytest.raises(ValueError, match="divisible by the number of ranks"):
         run(3, (8, 8, 64), [(1, None)])
+
+
+def test_sequence_parallel_layer_bench_rows():
+    from smgemm.tools.tp import run_layer
+
+    if torch.cuda.is_available() and torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs (or none: gloo on the CPU)")
+    rows = run_layer(2, (16, 32, 64), [(1, None), (3, 5)], reps=1, backward=True)
+    assert [r["variant"] for r in rows[:3]] == ["no overlap", "1 chunks", "3 chunks"]
+    assert rows[3]["variant"].startswith("torch async-TP")
+    # every timed variant computes the same layer (fp16 between the GEMMs: ~1e-3 relative)
+    assert all(r["rel err"] < 1e-2 for r in rows[:3]), rows

@@ -5,6 +5,12 @@ by rows (column-parallel) and W_down by columns (row-parallel). The overlapped v
 `chunks`; chunk i's all-reduce (NCCL, on its own stream) runs while chunk i + 1's GEMMs run on `num_sms` SMs, which
 leaves the other SMs to NCCL's kernels. The baseline is the same MLP in one chunk on the whole chip.
 
+`--layer` times a sequence-parallel MLP layer instead (Llama-3-70B: hidden 8192, MLP 28672, sharded over the ranks),
+built from `smgemm.parallel`: all-gather -> gate/up GEMM (column-parallel), SiLU-and-multiply, down GEMM ->
+reduce-scatter (row-parallel), forward and, with `--backward`, backward. Rows: the same layer with the collectives
+issued whole before / after the GEMMs ("no overlap"), then each chunks:num_sms variant (overlapped), and torch's
+own async-TP (`torch.ops.symm_mem.fused_all_gather_matmul`) where the installed torch and the machine provide it.
+
 On GPUs the ranks use NCCL (one GPU each, NVLink multicast off: NCCL_NVLS_ENABLE=0); without GPUs, gloo on the CPU
 with the Triton interpreter, which checks the arithmetic and the chunking but times nothing meaningful.
 """
@@ -12,6 +18,7 @@ with the Triton interpreter, which checks the arithmetic and the chunking but ti
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import socket
 
@@ -19,8 +26,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ..ops import linear
-from .timing import environment, event_ms, table
+from .. import parallel
+from ..ops import linear, matmul
+from ..parallel import _ALL_GATHER, _REDUCE_SCATTER
+from .timing import PLOT_SKIPPED, environment, event_ms, pyplot, save_figure, table
 
 
 def tp_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, chunks: int = 1,
@@ -121,12 +130,156 @@ def run_ranks(world: int, shape: tuple[int, int, int], variants: list[tuple[int,
     return queue.get()
 
 
+def _all_gather(x: torch.Tensor, group) -> torch.Tensor:
+    out = x.new_empty(dist.get_world_size(group) * x.shape[0], *x.shape[1:])
+    _ALL_GATHER(out, x.contiguous(), group=group)
+    return out
+
+
+def _reduce_scatter(x: torch.Tensor, group) -> torch.Tensor:
+    out = x.new_empty(x.shape[0] // dist.get_world_size(group), *x.shape[1:])
+    _REDUCE_SCATTER(out, x.contiguous(), group=group)
+    return out
+
+
+class _Gather(torch.autograd.Function):
+    """all_gather along dim 0 (or, `scatter`, reduce_scatter), whole; its gradient is the other one."""
+
+    @staticmethod
+    def forward(ctx, x, group, scatter=False):
+        ctx.group, ctx.scatter = group, scatter
+        return _reduce_scatter(x, group) if scatter else _all_gather(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (_all_gather(grad, ctx.group) if ctx.scatter else _reduce_scatter(grad, ctx.group)), None, None
+
+
+def _sp_mlp(x_shard, w_gate_up, w_down, chunks: int | None, num_sms: int | None, group=None) -> torch.Tensor:
+    """The sequence-parallel MLP: chunks=None issues each collective whole (no overlap), else smgemm.parallel."""
+    if chunks is None:  # each collective whole, before / after the GEMMs
+        x = _Gather.apply(x_shard, group)
+        gate, up = matmul(x, w_gate_up.t(), num_sms=num_sms).chunk(2, dim=1)
+        y = matmul(F.silu(gate) * up, w_down.t(), num_sms=num_sms)
+        return _Gather.apply(y, group, True)
+    gate, up = parallel.column_parallel_linear(x_shard, w_gate_up, chunks=chunks, num_sms=num_sms,
+                                               group=group).chunk(2, dim=1)
+    return parallel.row_parallel_linear(F.silu(gate) * up, w_down, chunks=chunks, num_sms=num_sms, group=group)
+
+
+def _torch_async_tp(x_shard, w_gate_up, w_down, group_name: str):
+    """The layer's forward through torch's fused all-gather matmul and matmul reduce-scatter (symmetric memory)."""
+    ops = torch.ops.symm_mem
+    _, (gate_up,) = ops.fused_all_gather_matmul(x_shard, [w_gate_up.t()], 0, group_name)
+    gate, up = gate_up.chunk(2, dim=1)
+    return ops.fused_matmul_reduce_scatter(F.silu(gate) * up, w_down.t(), "sum", 0, group_name)
+
+
+def _layer_worker(rank: int, world: int, port: int, shape: tuple[int, int, int], variants: list, reps: int,
+                  backward: bool, queue) -> None:
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=300))
+    try:
+        device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(device)
+        dtype = torch.bfloat16 if cuda else torch.float16
+        tokens, hidden, ffn = shape
+        gen = torch.Generator().manual_seed(1234)  # the same full weights and input on every rank
+        x = (torch.randn(tokens, hidden, generator=gen) / 4).to(device, dtype)
+        w_gate_up = (torch.randn(2 * ffn, hidden, generator=gen) / hidden**0.5).to(device, dtype)
+        w_down = (torch.randn(hidden, ffn, generator=gen) / ffn**0.5).to(device, dtype)
+        rows, shard = tokens // world, ffn // world
+        x_r = x[rank * rows:(rank + 1) * rows].contiguous()
+        gu_r = torch.cat([w_gate_up[rank * shard:(rank + 1) * shard],
+                          w_gate_up[ffn + rank * shard:ffn + (rank + 1) * shard]]).contiguous()
+        down_r = w_down[:, rank * shard:(rank + 1) * shard].contiguous()
+        gate, up = (x.float() @ w_gate_up.float().t()).chunk(2, dim=1)
+        ref = ((F.silu(gate) * up).to(dtype).float() @ w_down.float().t())[rank * rows:(rank + 1) * rows]
+        params = [t.requires_grad_(backward) for t in (x_r, gu_r, down_r)]
+        dz = torch.randn(rows, hidden, device=device, dtype=dtype) if backward else None
+
+        def step(chunks, num_sms):
+            def run():
+                z = _sp_mlp(*params, chunks, num_sms)
+                if backward:
+                    torch.autograd.backward(z, dz)
+                return z
+            return run
+
+        rows_out = []
+        for chunks, num_sms in [(None, None), *variants]:
+            with torch.set_grad_enabled(backward):
+                z = step(chunks, num_sms)()
+            err = ((z.detach().float() - ref).norm() / ref.norm()).item()
+            ms = _time_ms(step(chunks, num_sms), reps, cuda)
+            rows_out.append({"variant": "no overlap" if chunks is None else f"{chunks} chunks",
+                             "GEMM num_sms": "all" if num_sms is None else num_sms, "ms": ms, "rel err": err})
+        try:  # torch's async-TP: forward only, NCCL with symmetric memory
+            from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+
+            if not cuda or backward:
+                raise RuntimeError("forward on GPUs only")
+            group_name = dist.group.WORLD.group_name
+            enable_symm_mem_for_group(group_name)
+            z = _torch_async_tp(x_r, gu_r, down_r, group_name)
+            err = ((z.float() - ref).norm() / ref.norm()).item()
+            ms = _time_ms(lambda: _torch_async_tp(x_r, gu_r, down_r, group_name), reps, cuda)
+            rows_out.append({"variant": "torch async-TP", "GEMM num_sms": "all", "ms": ms, "rel err": err})
+        except (ImportError, AttributeError, RuntimeError) as exc:
+            rows_out.append({"variant": f"torch async-TP: n/a ({type(exc).__name__})", "GEMM num_sms": "",
+                             "ms": float("nan"), "rel err": 0.0})
+        if rank == 0:
+            base = rows_out[0]["ms"]
+            for r in rows_out:
+                r["speed-up vs no overlap"] = base / r["ms"]
+            queue.put(rows_out)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_layer(world: int, shape: tuple[int, int, int], variants: list, reps: int = 10,
+              backward: bool = False) -> list:
+    """Spawn `world` ranks and time the sequence-parallel MLP layer (`_sp_mlp`) per variant; rank 0's rows."""
+    import torch.multiprocessing as mp
+
+    tokens, _, ffn = shape
+    if tokens % world or ffn % world:
+        raise ValueError(f"tokens ({tokens}) and ffn ({ffn}) must be divisible by the number of ranks ({world})")
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(_layer_worker, args=(world, _free_port(), shape, variants, reps, backward, queue), nprocs=world,
+             join=True)
+    return queue.get()
+
+
+def plot_layer(rows: list[dict[str, object]], path: str, title: str) -> str:
+    """PNG: each variant's time per layer step, against the no-overlap row."""
+    plt = pyplot()
+    if plt is None:
+        return PLOT_SKIPPED.format(path)
+    timed = [r for r in rows if r["ms"] == r["ms"]]  # NaN: not run
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = [f"{r['variant']}\n{r['GEMM num_sms']}" for r in timed]
+    ax.bar(range(len(timed)), [r["ms"] for r in timed])
+    ax.set_xticks(range(len(timed)), labels, fontsize=7)
+    ax.set(title=title, ylabel="ms per layer step")
+    ax.grid(axis="y", alpha=0.3)
+    return save_figure(fig, path)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world", type=int, default=2, help="ranks (one GPU each)")
     p.add_argument("--shape", default="8192x8192x28672", help="tokens x hidden x ffn (full, before sharding)")
     p.add_argument("--variants", default="1:all,2:all,2:116,4:all,4:116,4:124,8:116",
                    help="chunks:num_sms pairs; the first is the baseline")
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--layer", action="store_true",
+                   help="the sequence-parallel MLP layer from smgemm.parallel (default shape Llama-3-70B's)")
+    p.add_argument("--backward", action="store_true", help="--layer: forward and backward")
+    p.add_argument("--plot", default="smgemm_tp.png", help="--layer: PNG path ('' skips)")
     p.add_argument("--nccl-channels", type=int, default=None,
                    help="cap NCCL's channels (NCCL_MAX_NCHANNELS: one thread block each), e.g. to the SMs the GEMMs "
                         "leave free")
@@ -144,6 +297,14 @@ def run(args: argparse.Namespace) -> int:
         print("No CUDA GPU: gloo ranks on the CPU with the Triton interpreter and a small shape (correctness only).")
         args.shape, args.reps = "64x64x128", 1
     variants = [(int(c), None if n == "all" else int(n)) for c, n in (v.split(":") for v in args.variants.split(","))]
+    if args.layer:
+        shape = (8192, 8192, 28672) if args.shape == "8192x8192x28672" else tuple(int(v) for v in args.shape.split("x"))
+        rows = run_layer(args.world, shape, variants, args.reps, args.backward)
+        print(table(rows))
+        if args.plot and torch.cuda.is_available():
+            print(plot_layer(rows, args.plot, f"TP={args.world} MLP layer {'x'.join(map(str, shape))}"
+                             f"{' fwd+bwd' if args.backward else ' fwd'}"))
+        return 0 if all(r["rel err"] < 2e-2 for r in rows) else 1
     rows = run_ranks(args.world, tuple(int(v) for v in args.shape.split("x")), variants, args.reps)
     print(table(rows))
     return 0 if all(r["rel err"] < 2e-2 for r in rows) else 1
