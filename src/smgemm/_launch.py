@@ -295,7 +295,7 @@ def launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, l
     which a caller may pass back for a launch with the same ints, meta, dtypes and alignment."""
     device = tensors[2].device
     # Triton launches on the current device: make it the tensors' device (cuda:1 ...) for the launch.
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
+    if device.type == "cuda" and device.index != torch._C._cuda_getDevice():  # torch.cuda.current_device, less host
         with torch.cuda.device(device):
             return _launch_on(device, plan, tensors, ints, floats, meta, launcher)
     return _launch_on(device, plan, tensors, ints, floats, meta, launcher)
