@@ -1,37 +1,49 @@
-"""Run a GEMM on part of the GPU and a memory-bound kernel on the rest, at the same time (needs a CUDA GPU).
+"""Run a prefill GEMM on part of the GPU and decode attention on the rest, at the same time (needs a CUDA GPU).
 
-    PYTHONPATH=src python examples/overlap.py
+    PYTHONPATH=src python examples/overlap.py [GEMM_SMS]
 
 `SMPartition.split(k)` gives two streams bound to green contexts on disjoint SMs, >= k and the rest (where the
 driver provides green contexts; otherwise plain streams), and makes smgemm GEMMs inside `with part:` use at most
-that partition's SMs.
+that partition's SMs. The partner is a paged GQA decode attention that streams its KV cache through tensor
+descriptors (smgemm.tools.attention), so it pulls most of the device's bandwidth from the few SMs it gets. The
+script prints the time of the pair run one after the other and side by side, and the gain.
 """
+
+import sys
 
 import torch
 
 import smgemm
-from smgemm.tools.overlap import kv_scores  # a bandwidth-bound GEMV that reaches ~3.8 TB/s on 52 SMs
+from smgemm.tools.attention import decode_attention, paged_cache
+from smgemm.tools.timing import event_ms
 
-gemm_part, other_part = smgemm.SMPartition.split(80)  # the GEMM's share, and every other SM for the GEMV
-print(gemm_part, other_part, sep="\n")
+gemm_sms = int(sys.argv[1]) if len(sys.argv) > 1 else 104
+gemm_part, attn_part = smgemm.SMPartition.split(gemm_sms)  # the GEMM's share, and every other SM for attention
+print(gemm_part, attn_part, sep="\n")
 
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-w = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-kv = torch.randn(200_000, 8192, device="cuda", dtype=torch.bfloat16)  # ~3.3 GB, like a KV cache
-q = torch.randn(8192, device="cuda")
-scores = torch.empty(kv.shape[0], device="cuda")
+x = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)  # a prefill chunk's activations
+w = torch.randn(28672, 4096, device="cuda", dtype=torch.bfloat16)  # gate/up projection of a Llama-3-8B layer
+q, k_cache, v_cache, table, lens = paged_cache(64, 8, 128, 16384)  # 64 decode sequences of 16k tokens
 
-main = torch.cuda.current_stream()
-for part in (gemm_part, other_part):
-    part.stream.wait_stream(main)  # inputs are ready
-with gemm_part:
-    y = smgemm.matmul(a, w.t())  # num_sms=80 from the partition
-with other_part:
-    kv_scores(kv, q, scores)  # the hardware keeps it off the GEMM's SMs
-for part in (gemm_part, other_part):
-    main.wait_stream(part.stream)  # results are ready for the main stream
 
-ref = a.float() @ w.float().t()
-print("GEMM rel err:", ((y.float() - ref).norm() / ref.norm()).item())
-head = kv[:4096].double() * q.double()
-print("GEMV max rel err:", ((scores[:4096].double() - head.sum(dim=1)).abs() / head.abs().sum(dim=1)).max().item())
+def sequential():
+    smgemm.matmul(x, w.t())
+    decode_attention(q, k_cache, v_cache, table, lens)
+
+
+def side_by_side():
+    main = torch.cuda.current_stream()
+    for part in (gemm_part, attn_part):
+        part.stream.wait_stream(main)  # inputs are ready
+    with gemm_part:
+        smgemm.matmul(x, w.t())  # num_sms=gemm_sms from the partition
+    with attn_part:
+        decode_attention(q, k_cache, v_cache, table, lens, num_programs=2 * attn_part.num_sms)
+    for part in (gemm_part, attn_part):
+        main.wait_stream(part.stream)  # results are ready for the main stream
+
+
+t_seq = event_ms(sequential, 10, warm_s=0.3)
+t_part = event_ms(side_by_side, 10, warm_s=0.3)
+print(f"one after the other: {t_seq:.3f} ms; side by side on {gemm_sms} + {attn_part.num_sms} SMs: {t_part:.3f} ms "
+      f"({t_part / t_seq:.2f}x)")
