@@ -72,17 +72,42 @@ def _time_ms(fn, reps: int, cuda: bool) -> float:
     return (time.perf_counter() - t0) * 1e3 / reps
 
 
-def _worker(rank: int, world: int, port: int, shape: tuple[int, int, int], variants: list[tuple[int, int | None]],
-            reps: int, queue) -> None:
+def _join(rank: int, world: int, port: int) -> tuple[bool, torch.device, torch.dtype]:
+    """Join the group of `world` ranks: NCCL with one GPU a rank (NVLink multicast off), else gloo on the CPU; every
+    collective waits at most 5 minutes, so a rank that fails makes the others fail, never hang. Returns whether
+    on GPUs, the rank's device and the dtype its tensors take."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+                            world_size=world, timeout=datetime.timedelta(seconds=300))
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    return cuda, device, torch.bfloat16 if cuda else torch.float16
+
+
+def _report(rank: int, rows: list[dict[str, object]], column: str, queue) -> None:
+    """Rank 0 hands its rows to the parent, each with its speed-up over the first row in `column`."""
+    if rank == 0:
+        for r in rows:
+            r[column] = rows[0]["ms"] / r["ms"]
+        queue.put(rows)
+
+
+def _spawn(worker, world: int, *args) -> list:
+    """Run `worker(rank, world, port, *args, queue)` on `world` spawned ranks; rank 0's rows."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(worker, args=(world, _free_port(), *args, queue), nprocs=world, join=True)
+    return queue.get()
+
+
+def _worker(rank: int, world: int, port: int, shape: tuple[int, int, int], variants: list[tuple[int, int | None]],
+            reps: int, queue) -> None:
+    cuda, device, dtype = _join(rank, world, port)
     try:
-        device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(device)
-        dtype = torch.bfloat16 if cuda else torch.float16
         tokens, hidden, ffn = shape
         gen = torch.Generator().manual_seed(1234)  # the same full weights and input on every rank
         x = (torch.randn(tokens, hidden, generator=gen) / 4).to(device, dtype)
@@ -109,25 +134,16 @@ def _worker(rank: int, world: int, port: int, shape: tuple[int, int, int], varia
         }
         for name, ms in bounds.items():
             rows.append({"chunks": name, "GEMM num_sms": "", "ms": ms, "rel err": 0.0})
-        if rank == 0:
-            base = rows[0]["ms"]
-            for r in rows:
-                r["vs first row"] = base / r["ms"]
-            queue.put(rows)
+        _report(rank, rows, "vs first row", queue)
     finally:
         dist.destroy_process_group()
 
 
 def run_ranks(world: int, shape: tuple[int, int, int], variants: list[tuple[int, int | None]], reps: int = 10) -> list:
     """Spawn `world` ranks, run every (chunks, num_sms) variant, return rank 0's rows (first variant = baseline)."""
-    import torch.multiprocessing as mp
-
     if shape[2] % world:
         raise ValueError(f"ffn ({shape[2]}) must be divisible by the number of ranks ({world})")
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.spawn(_worker, args=(world, _free_port(), shape, variants, reps, queue), nprocs=world, join=True)
-    return queue.get()
+    return _spawn(_worker, world, shape, variants, reps)
 
 
 def _all_gather(x: torch.Tensor, group) -> torch.Tensor:
@@ -177,15 +193,8 @@ def _torch_async_tp(x_shard, w_gate_up, w_down, group_name: str):
 
 def _layer_worker(rank: int, world: int, port: int, shape: tuple[int, int, int], variants: list, reps: int,
                   backward: bool, queue) -> None:
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=300))
+    cuda, device, dtype = _join(rank, world, port)
     try:
-        device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(device)
-        dtype = torch.bfloat16 if cuda else torch.float16
         tokens, hidden, ffn = shape
         gen = torch.Generator().manual_seed(1234)  # the same full weights and input on every rank
         x = (torch.randn(tokens, hidden, generator=gen) / 4).to(device, dtype)
@@ -231,11 +240,7 @@ def _layer_worker(rank: int, world: int, port: int, shape: tuple[int, int, int],
         except (ImportError, AttributeError, RuntimeError) as exc:
             rows_out.append({"variant": f"torch async-TP: n/a ({type(exc).__name__})", "GEMM num_sms": "",
                              "ms": float("nan"), "rel err": 0.0})
-        if rank == 0:
-            base = rows_out[0]["ms"]
-            for r in rows_out:
-                r["speed-up vs no overlap"] = base / r["ms"]
-            queue.put(rows_out)
+        _report(rank, rows_out, "speed-up vs no overlap", queue)
     finally:
         dist.destroy_process_group()
 
@@ -243,16 +248,10 @@ def _layer_worker(rank: int, world: int, port: int, shape: tuple[int, int, int],
 def run_layer(world: int, shape: tuple[int, int, int], variants: list, reps: int = 10,
               backward: bool = False) -> list:
     """Spawn `world` ranks and time the sequence-parallel MLP layer (`_sp_mlp`) per variant; rank 0's rows."""
-    import torch.multiprocessing as mp
-
     tokens, _, ffn = shape
     if tokens % world or ffn % world:
         raise ValueError(f"tokens ({tokens}) and ffn ({ffn}) must be divisible by the number of ranks ({world})")
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.spawn(_layer_worker, args=(world, _free_port(), shape, variants, reps, backward, queue), nprocs=world,
-             join=True)
-    return queue.get()
+    return _spawn(_layer_worker, world, shape, variants, reps, backward)
 
 
 def plot_layer(rows: list[dict[str, object]], path: str, title: str) -> str:
