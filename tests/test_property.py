@@ -2,7 +2,9 @@
 
 Hypothesis draws the problem; the result is compared with a float64 reference element by element
 (`reference.assert_gemm_close`, bounds from the dtypes and K). Operands come as contiguous tensors, transposed
-views, slices of larger tensors (offset base, padded row stride), expanded views (stride 0) and negative-bit views.
+views, slices of larger tensors (offset base, padded row stride), expanded views (stride 0) and negative-bit views;
+operands whose rows are not aligned are copied into aligned buffers first or read in place, as the planner decides
+or as forced.
 `SMGEMM_PROPERTY_EXAMPLES` sets the number of examples (the CPU default keeps CI short; the GPU run in the docs
 uses 2,000).
 """
@@ -70,10 +72,16 @@ def problems(draw, device):
         beta = draw(st.sampled_from([1.0, 0.0, 0.25]))
     if entry == "linear" and c is not None and c.dim() == 2 and c.shape[1] == 1 and c.shape[0] != 1:
         c = None  # linear's bias broadcasts along N, not M: [M, 1] is an addmm input
-    return entry, a, b, c, alpha, beta, scales, kwargs
+    kwargs["stage"] = draw(st.sampled_from([None, True, False]))  # copy unaligned operands first: the planner's
+    return entry, a, b, c, alpha, beta, scales, kwargs  # call (None), always, never
 
 
 def _run(entry, a, b, c, alpha, beta, scales, kwargs):
+    kwargs = dict(kwargs)
+    stage = kwargs.pop("stage", None)
+    if stage is not None:
+        with smgemm.overrides(stage=stage):
+            return _run(entry, a, b, c, alpha, beta, scales, kwargs)
     if entry == "matmul":
         return smgemm.matmul(a, b, **scales, **kwargs)
     if entry == "addmm":
