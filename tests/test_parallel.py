@@ -106,3 +106,48 @@ def test_chunks_cover_the_rows_once():
             assert [r for start, stop in bounds for r in range(start, stop)] == list(range(rows))
             assert all(stop > start for start, stop in bounds) or rows == 0
             assert len(bounds) == max(1, min(chunks, rows))
+
+
+def _dtensor_worker(rank: int, world: int, port: int) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    import smgemm
+
+    _init(rank, world, port)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(6, 32, generator=gen, dtype=torch.float64)
+        w1 = torch.randn(16, 32, generator=gen, dtype=torch.float64) / 32**0.5
+        w2 = torch.randn(8, 16, generator=gen, dtype=torch.float64) / 4
+        bias = torch.randn(16, generator=gen, dtype=torch.float64)
+        ref = [t.clone().requires_grad_() for t in (x, w1, w2, bias)]
+        z = (ref[0] @ ref[1].t() + ref[3]) @ ref[2].t()
+        z.sum().backward()
+        # Megatron's pair as DTensors: w1 sharded by output features (column-parallel), w2 by input features
+        # (row-parallel), x replicated; the second product is a partial sum over the ranks
+        half = [distribute_tensor(t.to(torch.float16), mesh, [p]).requires_grad_()
+                for t, p in ((x, Replicate()), (w1, Shard(0)), (w2, Shard(1)), (bias, Shard(0)))]
+        y = smgemm.linear(half[0], half[1], half[3])
+        assert y.placements == (Shard(1),), y.placements
+        out = smgemm.matmul(y, half[2].t())
+        scale = (x.abs() @ w1.abs().t() + bias.abs()) @ w2.abs().t()
+        _close(out.full_tensor(), z.detach(), scale, "dtensor forward")
+        out.sum().backward()
+        dz = torch.ones_like(z)
+        dy = dz @ w2.abs()  # the magnitudes behind each gradient
+        scales = (dy @ w1.abs(), dy.t() @ x.abs(), dz.t() @ (x.abs() @ w1.abs().t() + bias.abs()), dy.sum(0))
+        for got, want, scale, what in zip(half, ref, scales, ("dx", "dw1", "dw2", "dbias")):
+            _close(got.grad.full_tensor(), want.grad, scale, what)
+        # a batched product sharded along its batch
+        a, b = torch.randn(4, 3, 8, generator=gen), torch.randn(4, 8, 5, generator=gen)
+        got = smgemm.bmm(*(distribute_tensor(t.half(), mesh, [Shard(0)]) for t in (a, b)))
+        assert got.placements == (Shard(0),)
+        _close(got.full_tensor(), a.double() @ b.double(), a.double().abs() @ b.double().abs(), "dtensor bmm")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dtensor_operands_shard_like_aten_mm():
+    mp.spawn(_dtensor_worker, args=(2, _port()), nprocs=2, join=True)

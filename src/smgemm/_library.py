@@ -361,3 +361,59 @@ def _gemm_mxfp4_vmap(info, in_dims, a, a_scales, w_data, w_scales, c, alpha, bet
                       w_data, w_scales, _folded_input(c, c_dim, batch, m, n), alpha, beta, out_dtype, schedule,
                       num_sms)
     return y.reshape(batch, m, n), 0
+
+
+# DTensor sharding rules, so that smgemm's ops take DTensor operands (tensor-parallel weights): the output's
+# placements from the operands', as for aten.mm / aten.bmm. For an (M, N) product on a 1-D mesh: rows sharded (A's
+# rows) -> rows; columns (B's) -> columns; the reduction dim (A's columns with B's rows) -> a partial sum, only with
+# no input C (beta * C would be added once a rank) and no scales; anything else is replicated first. An input C, a
+# per-row or per-column scale follows the output dim it spans and is replicated where it broadcasts. Registered
+# when a tensor subclass first reaches an smgemm function (ops._via_dispatcher), not at import: importing
+# torch.distributed.tensor takes ~0.5 s.
+_DTENSOR_RULES: list[bool] = []  # holds True once registered (torch keeps the rules for the process)
+
+
+def register_dtensor_rules() -> None:
+    """Register the sharding rules of smgemm::gemm and smgemm::bmm with DTensor, once."""
+    if _DTENSOR_RULES:
+        return
+    _DTENSOR_RULES.append(True)
+    try:
+        from torch.distributed.tensor import Partial, Replicate, Shard
+        from torch.distributed.tensor.experimental import register_sharding
+    except ImportError:  # a torch built without distributed
+        return
+
+    def follow(spec, out_ndim: int, dim: int | None):
+        """The placement of an input that broadcasts to the output when the output is sharded along `dim`."""
+        if spec is None or not hasattr(spec, "shape"):
+            return None
+        if dim is None:
+            return Replicate()
+        own = dim - (out_ndim - len(spec.shape))
+        return Shard(own) if own >= 0 and spec.shape[own] != 1 else Replicate()
+
+    def strategies(a, b, c, scale_a, scale_b, batch: int):
+        """(output, inputs a b c scale_a scale_b) placements: replicated, rows, columns, batch, reduction."""
+        out_ndim = batch + 2
+        rows, cols, red_a, red_b = batch, batch + 1, batch + 1, batch
+        options = [(None, Replicate(), Replicate(), Replicate())]
+        options += [(rows, Shard(rows), Replicate(), Shard(rows)), (cols, Replicate(), Shard(cols), Shard(cols))]
+        if batch:
+            options.append((0, Shard(0), Shard(0), Shard(0)))
+        result = [([out], [pa, pb, follow(c, out_ndim, d), follow(scale_a, out_ndim, d), follow(scale_b, out_ndim, d)])
+                  for d, pa, pb, out in options]
+        if c is None and scale_a is None and scale_b is None:
+            result.append(([Partial()], [Shard(red_a), Shard(red_b), None, None, None]))
+        return result
+
+    @register_sharding(torch.ops.smgemm.gemm.default)
+    def _gemm_sharding(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
+        return [(out, [pa, pb, pc, None, None, None, psa, psb, None, None])
+                for out, (pa, pb, pc, psa, psb) in strategies(a, b, c, scale_a, scale_b, 0)]
+
+    @register_sharding(torch.ops.smgemm.bmm.default)
+    def _bmm_sharding(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
+        return [(out, [pa, pb, pc, None, None, None, None, None])
+                for out, (pa, pb, pc, _, _) in strategies(a, b, c, None, None, 1)]
+

@@ -108,6 +108,7 @@ def _via_dispatcher(*tensors) -> bool:
             if (grad and t.requires_grad) or t.is_meta:
                 return True
         elif isinstance(t, torch.Tensor):  # a subclass (DTensor, ...)
+            _library.register_dtensor_rules()
             return True
     return False
 
