@@ -289,12 +289,13 @@ def expand_mxfp4_pair(a: MXFP4Tensor, w: MXFP4Tensor, dtype: torch.dtype, num_sm
 
 def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None, blocks: dict) -> list:
     device, k = ts[0].device, ts[0].shape[1]
-    whole = whole_device(num_sms, device_spec(device))
+    spec = device_spec(device)
+    whole = whole_device(num_sms, spec)
     opts = {**(_EXPAND_CHIP if whole else _EXPAND), **blocks}
     outs = [_empty((t.shape[0], k), dtype, device) for t in ts]
     block_k = min(opts["block_k"], max(32, 1 << (k - 1).bit_length()))
     tiles = sum(-(-t.shape[0] // opts["block_r"]) for t in ts) * -(-k // block_k)
-    budget = resolve_budget(num_sms, device_spec(device))
+    budget = resolve_budget(num_sms, spec)
     if whole and opts.get("per_sm") is not None:
         budget = tiles if opts["per_sm"] == 0 else budget * opts["per_sm"]
     grid = max(1, min(tiles, budget))

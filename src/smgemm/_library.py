@@ -315,7 +315,7 @@ def _gemm_vmap(info, in_dims, a, b, c, alpha, beta, out_dtype, scale_a, scale_b,
         if scale_a is not None and scale_a.numel() > 1:  # one scale per row: the same rows in every element
             scale_a = scale_a.reshape(1, m).expand(batch, m).reshape(batch * m, 1)
         y = gemm_op(a_f.reshape(batch * m, k), b, _folded_input(c, c_dim, batch, m, n), alpha, beta, out_dtype,
-                      scale_a, scale_b, schedule, num_sms)
+                    scale_a, scale_b, schedule, num_sms)
         return y.reshape(batch, m, n), 0
     if scale_a is not None or scale_b is not None:  # the batched kernel takes no scales
         return _loop(gemm_op, info, in_dims, args)
@@ -338,7 +338,7 @@ def _bmm_vmap(info, in_dims, a, b, c, alpha, beta, out_dtype, schedule, num_sms)
         c_f = c_f.reshape(c_f.shape[0], *(1,) * (4 - c_f.dim()), *c_f.shape[1:])
         c = c_f.expand(vmap_batch, inner, m, n).reshape(vmap_batch * inner, m, n)
     y = bmm_op(a_f.reshape(vmap_batch * inner, m, k), b_f.reshape(vmap_batch * inner, k, n), c, alpha, beta,
-                 out_dtype, schedule, num_sms)
+               out_dtype, schedule, num_sms)
     return y.reshape(vmap_batch, inner, m, n), 0
 
 

@@ -157,7 +157,8 @@ class Plan:
     even_k: bool  # K % BLOCK_K == 0: the K loop needs no mask
     input_precision: str  # tl.dot's input_precision; only fp32 operands read it ("ieee" unless TF32 is allowed)
     dp_tiles: int  # tiles computed whole by the tile loop; the K-iterations of the rest are split (Stream-K)
-    # Copy A / B into a buffer with 16-byte aligned rows before the GEMM (`stage_pays`): their rows are not aligned
+    # Copy A / B into a buffer with aligned rows before the GEMM (`stage_pays`): their rows are not aligned as the
+    # tile reads them fastest
     stage_a: bool = False
     stage_b: bool = False
 
@@ -593,10 +594,10 @@ _OVERRIDES = _Overrides()
 def overrides(*, config: TileConfig | None = None, schedule: str | None = None,
               rates: Rates | None = None, stage: bool | None = None) -> Iterator[None]:
     """Force the plans of the smgemm GEMMs called inside the block: a tile `config`, a `schedule`, the model's
-    `rates` (the planner's measured constants, `smgemm.Rates`), or whether operands whose rows are not 16-byte
-    aligned are copied into aligned buffers first (`stage`; `plan.stage_pays` decides otherwise). What is not given is
-    planned as usual; tuning files are not consulted for a forced config or schedule. For tests, sweeps and users
-    who measured better.
+    `rates` (the planner's measured constants, `smgemm.Rates`), or whether operands whose rows are not aligned as the
+    tile reads them fastest are copied into aligned buffers first (`stage`; `plan.stage_pays` decides otherwise).
+    What is not given is planned as usual; tuning files are not consulted for a forced config or schedule. For
+    tests, sweeps and users who measured better.
 
         with smgemm.plan.overrides(config=TileConfig(128, 128, 64, num_warps=8), schedule="streamk"):
             y = smgemm.matmul(a, b)

@@ -1,5 +1,6 @@
-"""Copy a 2-D operand whose rows break TMA's and vectorized loads' alignment (a row stride that is not a multiple
-of 16 bytes: an odd K, a sliced view) into a buffer whose rows are, on at most `num_programs` programs.
+"""Copy a 2-D operand whose rows break TMA's or vectorized loads' alignment (16 bytes for TMA, a row stride of 16
+elements for pointer loads: an odd K, a sliced view) into a buffer whose rows have it, on at most `num_programs`
+programs.
 
 Only the `cols` leading columns of each destination row are written; the GEMM reads the copy through a view of
 exactly [rows, cols] (a tensor descriptor zero-fills past its edge, the pointer path masks), so the padding is

@@ -128,7 +128,8 @@ def bench_full_chip(
         t_peer = time_rotating(peer, sets)
         flop = 2 * m * n * k
         # the alignment of the operands' rows, in elements (16: what every kernel reads at full speed)
-        row: dict[str, object] = {"M": m, "N": n, "K": k, "align": min(row_alignment(t) for t in sets[0])}
+        operands = tuple((t.numel(), row_alignment(t)) for t in sets[0])
+        row: dict[str, object] = {"M": m, "N": n, "K": k, "align": min(align for _, align in operands)}
         err = 0.0
         timed = {}  # plan -> seconds: a schedule that resolves to a plan already timed is that same kernel
         for schedule in schedules:
@@ -145,7 +146,6 @@ def bench_full_chip(
                 row[f"{s} TFLOP/s"] for s in schedules[1:])
         if "streamk" in schedules and "data_parallel" in schedules:
             row["streamk/dp"] = row["streamk TFLOP/s"] / row["data_parallel TFLOP/s"]
-        operands = tuple((t.numel(), row_alignment(t)) for t in sets[0])
         row["plan"] = describe(decide(m, n, k, dtype, spec, schedule=schedules[0], tf32=tf32, operands=operands))
         row["rel err"] = err
         rows.append(row)
