@@ -40,7 +40,7 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
-                    mx_swap=False, mx_prefetch=False, batched=False, k_tail=False):
+                    mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False):
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -71,7 +71,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
             signature[name] = "i32"
     order = list(names)
     attrs = {(order.index(n),): [["tt.divisibility", 16]] for n in order
-             if (n.endswith("_ptr") or n in _DIV16) and n not in consts and not (k_tail and n == "K")}
+             if (n.endswith("_ptr") or n in _DIV16) and n not in consts and not ((k_tail or unaligned) and n == "K")
+             and not (unaligned and n in ("stride_am", "stride_ak", "stride_bk", "stride_bn"))}
     src = triton.compiler.ASTSource(fn=gemm_kernel, signature=signature, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
 
@@ -132,13 +133,15 @@ def main():
     p.add_argument("--ttgir", action="store_true", help="print the TTGIR")
     p.add_argument("--batched", action="store_true", help="the batched kernel (pointer path)")
     p.add_argument("--k-tail", action="store_true", help="K not a multiple of BLOCK_K (nor of 16): a masked tail")
+    p.add_argument("--unaligned", action="store_true",
+                   help="--k-tail with A's and B's row strides not multiples of 16 elements (operands read in place)")
     args = p.parse_args()
     tile = tuple(int(x) for x in args.tile.split(","))
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
                              a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
                              tma_store=args.tma_store, layout=args.layout,
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,
-                             k_tail=args.k_tail)
+                             k_tail=args.k_tail or args.unaligned, unaligned=args.unaligned)
     if args.ptx:
         print(kernel.asm["ptx"])
     if args.ttgir:

@@ -14,7 +14,7 @@ import sys
 import torch
 
 import smgemm
-from smgemm.tools.attention import decode_attention, paged_cache
+from smgemm.tools.attention import PARTITION_PROGRAMS_PER_SM, decode_attention, paged_cache
 from smgemm.tools.timing import event_ms
 
 gemm_sms = int(sys.argv[1]) if len(sys.argv) > 1 else 104
@@ -38,7 +38,7 @@ def side_by_side():
     with gemm_part:
         smgemm.matmul(x, w.t())  # num_sms=gemm_sms from the partition
     with attn_part:
-        decode_attention(q, k_cache, v_cache, table, lens, num_programs=2 * attn_part.num_sms)
+        decode_attention(q, k_cache, v_cache, table, lens, num_programs=PARTITION_PROGRAMS_PER_SM * attn_part.num_sms)
     for part in (gemm_part, attn_part):
         main.wait_stream(part.stream)  # results are ready for the main stream
 

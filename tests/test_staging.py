@@ -11,7 +11,7 @@ import smgemm
 from reference import assert_gemm_close, randn
 from smgemm._device import INTERPRETER_SPEC
 from smgemm._launch import Operands, row_alignment, stage, staged, static_args, tma_mode
-from smgemm.plan import decide, make_plan
+from smgemm.plan import INPLACE_CONFIGS, decide, inplace_time, make_plan, modelled_time
 
 SCHEDULES = ("data_parallel", "persistent", "streamk")
 
@@ -56,7 +56,7 @@ def test_stage_copies_exactly_into_aligned_rows(device):
         for t in (a, b):
             if row_alignment(t) == 16:
                 continue
-            copy = stage(t, budget=2)
+            (copy,) = stage([t], budget=2)
             assert copy.shape == t.shape and torch.equal(copy, t)
             column_major = t.stride(0) == 1 and t.stride(1) != 1
             assert row_alignment(copy) == 16
@@ -81,19 +81,44 @@ def test_staged_operands_take_the_descriptor_path(device):
     (4096, 4096, 4097, True),   # compute-bound: the copy costs a few percent of the GEMM
     (2048, 14336, 4095, True),
     (1024, 1024, 1023, True),
+    (881, 224, 2498, True),     # long K: 79 steps of element loads (measured in place 63 us, staged 28)
     (16, 4096, 4097, False),    # decode: bound by streaming the weight once; a copy would stream it three times
     (64, 64, 63, False),        # a few microseconds of work: the copy's launch alone costs more
+    (1668, 361, 203, False),    # short K, one wave of 32-deep tiles: measured in place 7.7 us, staged 15
+    (225, 8214, 115, False),
 ])
 def test_planner_stages_where_it_pays(m, n, k, expect):
     operands = ((m * k, 1), (n * k, 1))  # odd K: rows aligned to one element
     plan = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=operands)
     assert (plan.stage_a or plan.stage_b) == expect
-    # staging changes nothing else of the plan
-    assert dataclasses.replace(plan, stage_a=False, stage_b=False) == make_plan(m, n, k, torch.bfloat16,
-                                                                                 INTERPRETER_SPEC)
+    aligned = make_plan(m, n, k, torch.bfloat16, INTERPRETER_SPEC)
+    if expect or aligned.config.block_m <= 16:  # staging, or a decode tile, changes nothing else of the plan
+        assert dataclasses.replace(plan, stage_a=False, stage_b=False) == aligned
+    else:  # read in place by a tile whose element loads fit its registers
+        assert plan.config in INPLACE_CONFIGS and plan.schedule == "persistent"
+    if not expect and m > 64:
+        return  # (a small budget runs many waves of element loads: staging may pay there)
     for num_sms in (8, 66):  # a budget copies as slowly as its SMs: the rule still holds where the GEMM dominates
         budgeted = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, num_sms=num_sms, operands=operands)
         assert budgeted.sm_budget == num_sms and (budgeted.stage_a or budgeted.stage_b) == expect
+
+
+def test_inplace_tile_is_modelled_slower_than_the_aligned_one():
+    for cfg in INPLACE_CONFIGS:
+        for unaligned in ((True, False), (False, True), (True, True)):
+            slow = inplace_time(cfg, 2048, 2048, 2047, torch.bfloat16, 132, INTERPRETER_SPEC, unaligned)
+            fast = modelled_time(cfg, 2048, 2048, 2047, torch.bfloat16, 132, "persistent")
+            assert slow > fast
+        both = inplace_time(cfg, 2048, 2048, 2047, torch.bfloat16, 132, INTERPRETER_SPEC, (True, True))
+        assert both > inplace_time(cfg, 2048, 2048, 2047, torch.bfloat16, 132, INTERPRETER_SPEC, (True, False))
+
+
+def test_stage_copies_two_operands_in_one_launch(device):
+    a = randn((24, 50), torch.float16, device)[:, 3:40]
+    w = randn((40, 37), torch.float16, device)
+    copy_a, copy_b = stage([a, w.t()], budget=2)
+    assert torch.equal(copy_a, a) and torch.equal(copy_b, w.t())
+    assert row_alignment(copy_a) == row_alignment(copy_b) == 16 and copy_b.stride(0) == 1
 
 
 def test_staging_follows_the_alignment_the_tile_needs():

@@ -63,6 +63,14 @@ class Rates:
     # of a budget (2.4-2.8 TB/s, ~19 GB/s per SM). benchmarks/sweep_unaligned.py.
     unaligned_slowdown: float = 6.0
     unaligned_decode_slowdown: float = 2.4
+    # Read in place with a 32-deep tile (`plan.INPLACE_CONFIGS`), operands of 1- or 2-byte elements come in one
+    # element a load, which Triton cannot pipeline (cp.async moves 4 bytes or more): a program then loads about
+    # this many elements of them an iteration (~5.5e9 a second; 32 x 64 x 32 to 128 x 128 x 32 tiles moved 6-11 GB/s
+    # of bf16 an SM, the lower end on long-K problems of few tiles). benchmarks/sweep_unaligned.py --inplace.
+    unaligned_loads_per_iter: float = 4.7e3
+    # The shortest a GEMM launch runs, however little work it has (3.6-6 us measured for GEMMs modelled at 1-3
+    # iterations): what a staged plan adds to its copy at the least.
+    launch_floor: float = 5.0
     stage_fixed: float = 4.0
     stage_bytes_per_iter: float = 2.1e6
     stage_sm_bytes_per_iter: float = 16e3

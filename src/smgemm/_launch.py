@@ -141,35 +141,48 @@ _STAGE = {"block_r": 32, "block_c": 256, "warps": 8}
 _STAGE_CHIP = {"block_r": 32, "block_c": 256, "warps": 4}
 
 
-def stage(t: torch.Tensor, budget: int) -> torch.Tensor:
-    """A copy of 2-D `t` whose rows are aligned to 16 elements (`row_alignment`; a column-major `t` is copied
-    column-major, the orientation the GEMM reads fastest), made on at most `budget` SMs. The copy is a view of exactly
-    `t`'s shape into a buffer with padded rows, from PyTorch's caching allocator on the current stream."""
-    column_major = t.stride(0) == 1 and t.stride(1) != 1
-    src = t.t() if column_major else t
-    rows, cols = src.shape
-    dst = torch.empty(rows, -(-cols // 16) * 16, dtype=t.dtype, device=t.device)[:, :cols]
-    whole = budget >= device_spec(t.device).num_sms
+def stage(tensors: list[torch.Tensor], budget: int) -> list[torch.Tensor]:
+    """Copies of one or two 2-D `tensors` (on one device) whose rows are aligned to 16 elements (`row_alignment`; a
+    column-major tensor is copied column-major, the orientation the GEMM reads fastest), made in one launch on at
+    most `budget` SMs. Each copy is a view of exactly its tensor's shape into a buffer with padded rows, from
+    PyTorch's caching allocator on the current stream."""
+    views, copies = [], []
+    for t in tensors:
+        column_major = t.stride(0) == 1 and t.stride(1) != 1
+        src = t.t() if column_major else t
+        rows, cols = src.shape
+        dst = torch.empty(rows, -(-cols // 16) * 16, dtype=t.dtype, device=t.device)[:, :cols]
+        views.append((src, dst))
+        copies.append(dst.t() if column_major else dst)
+    device = tensors[0].device
+    whole = budget >= device_spec(device).num_sms
     opts = _STAGE_CHIP if whole else _STAGE
-    tiles = -(-rows // opts["block_r"]) * -(-cols // opts["block_c"])
+    tiles = sum(-(-src.shape[0] // opts["block_r"]) * -(-src.shape[1] // opts["block_c"]) for src, _ in views)
     grid = tiles if whole else max(1, min(tiles, budget))
-    args = (src, dst, rows, cols, src.stride(0), src.stride(1), dst.stride(0), grid)
+    args = []
+    for i, (src, dst) in enumerate(views * (3 - len(views))):  # one tensor: the second operand, itself, has no rows
+        args += [src, dst, src.shape[0] if i < len(views) else 0, src.shape[1], src.stride(0), src.stride(1),
+                 dst.stride(0)]
+    args.append(grid)
     meta = dict(BLOCK_R=opts["block_r"], BLOCK_C=opts["block_c"])
-    if t.device.type != "cuda":
+    if device.type != "cuda":
         stage_kernel[(grid,)](*args, **meta)
     else:
-        key = ("stage", t.device.index, t.dtype, args[2:], opts["warps"], src.data_ptr() % 16 == 0)
-        with torch.cuda.device(t.device):
-            run_cached(stage_kernel, grid, args, meta, t.device.index, key, num_warps=opts["warps"])
-    return dst.t() if column_major else dst
+        ints = tuple(x for x in args if isinstance(x, int))
+        key = ("stage", device.index, tensors[0].dtype, ints, opts["warps"],
+               tuple(src.data_ptr() % 16 == 0 for src, _ in views))
+        with torch.cuda.device(device):
+            run_cached(stage_kernel, grid, tuple(args), meta, device.index, key, num_warps=opts["warps"])
+    return copies
 
 
 def staged(plan: Plan, ops: Operands) -> Operands:
     """`ops` with the operands the plan stages (`Plan.stage_a`, `stage_b`) replaced by aligned copies."""
     if not (plan.stage_a or plan.stage_b):
         return ops
-    return ops._replace(a=stage(ops.a, plan.sm_budget) if plan.stage_a else ops.a,
-                        b=stage(ops.b, plan.sm_budget) if plan.stage_b else ops.b)
+    chosen = [t for t, yes in ((ops.a, plan.stage_a), (ops.b, plan.stage_b)) if yes]
+    copies = iter(stage(chosen, plan.sm_budget))
+    return ops._replace(a=next(copies) if plan.stage_a else ops.a, b=next(copies) if plan.stage_b else ops.b)
 
 
 # Stream-K launch ids. A private generator, so that user code seeding `random` cannot make ids repeat (which would

@@ -486,25 +486,47 @@ def row_alignment_needed(cfg: TileConfig, dtype: torch.dtype) -> int:
     return 16 // element_bytes(dtype) if cfg.tma else 16
 
 
-def stage_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, elements: int,
-               copies: int = 1) -> bool:
-    """Whether copying `elements` elements (in `copies` operands) whose rows are not aligned as the plan's tile reads
-    them fastest (`row_alignment_needed`) into aligned buffers before the GEMM is predicted faster than reading them
-    where they lie.
+# Tiles that read operands with unaligned rows in place (1- and 2-byte elements): 32 deep, so that a thread's
+# element loads of a K step stay few enough for its registers (a 128 x 64 x 128 tile spills: 2,300 instructions a
+# step against 200), from decode-like to wide.
+INPLACE_CONFIGS = (
+    TileConfig(32, 64, 32, num_warps=4, num_stages=2),
+    TileConfig(64, 64, 32, num_warps=4, num_stages=2),
+    TileConfig(64, 128, 32, num_warps=8, num_stages=2),
+    TileConfig(128, 64, 32, num_warps=8, num_stages=2),
+    TileConfig(128, 128, 32, num_warps=8, num_stages=2),
+)
 
-    Read in place, such an operand allows neither TMA nor vectorized loads: the plan runs `Rates.unaligned_slowdown`
-    times its modelled time (`Rates.unaligned_decode_slowdown` with 16-row decode tiles). The copy costs
-    `Rates.stage_fixed` a copy plus its bytes, read and written, at what the budget's SMs copy; the GEMM then runs at
-    its modelled time.
-    """
+
+def inplace_time(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, spec: DeviceSpec,
+                 unaligned: tuple[bool, bool], batch: int = 1) -> float:
+    """Modelled time of a persistent plan with tile `cfg` that reads the `unaligned` operands (A, B) in place: its
+    aligned time, or the time its busiest program takes to load their elements one at a time
+    (`Rates.unaligned_loads_per_iter`), or the launch's floor, whichever is longest."""
+    waves = math.ceil(math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch / budget)
+    loads = (cfg.block_m * unaligned[0] + cfg.block_n * unaligned[1]) * cfg.block_k * math.ceil(k / cfg.block_k)
+    return max(modelled_time(cfg, m, n, k, dtype, budget, "persistent", spec.l2_bytes, 1, spec.rates, batch),
+               waves * loads / spec.rates.unaligned_loads_per_iter, spec.rates.launch_floor)
+
+
+def copy_time(plan: Plan, dtype: torch.dtype, spec: DeviceSpec, elements: int) -> float:
+    """Modelled time of copying `elements` elements of the operands `plan` stages into aligned buffers (one launch
+    for both): `Rates.stage_fixed` plus the bytes read and written at what the budget's SMs copy."""
     rates = spec.rates
-    time = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
-                         rates)
-    slowdown = rates.unaligned_decode_slowdown if plan.config.block_m <= 16 else rates.unaligned_slowdown
     rate = rates.stage_bytes_per_iter if plan.sm_budget >= spec.num_sms else min(
         rates.stage_bytes_per_iter, plan.sm_budget * rates.stage_sm_bytes_per_iter)
-    copy = rates.stage_fixed * copies + 2 * elements * element_bytes(dtype) / rate
-    return copy < time * (slowdown - 1)
+    return rates.stage_fixed + 2 * elements * element_bytes(dtype) / rate
+
+
+def stage_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, elements: int) -> bool:
+    """Whether copying `elements` elements whose rows are not aligned as the plan's tile reads them fastest
+    (`row_alignment_needed`) into aligned buffers before the GEMM is predicted faster than the same tile reading them
+    where they lie, which then runs `Rates.unaligned_slowdown` times its modelled time
+    (`Rates.unaligned_decode_slowdown` with 16-row decode tiles). For a tile that `decide` may not change."""
+    time = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
+                         spec.rates)
+    slowdown = spec.rates.unaligned_decode_slowdown if plan.config.block_m <= 16 else spec.rates.unaligned_slowdown
+    return copy_time(plan, dtype, spec, elements) < time * (slowdown - 1)
 
 
 def resolve_budget(num_sms: int | None, spec: DeviceSpec) -> int:
@@ -668,8 +690,22 @@ def decide(
     if not any(slow):
         return plan
     stage = _OVERRIDES.stage
+    staged = dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)
+    if config is not None or element_bytes(dtype) > 2 or plan.config.block_m <= 16:
+        # A forced tile, 4-byte elements (which Triton still loads asynchronously) or a decode tile: the tile stays,
+        # and the copy is weighed against the plan's slowdown when read in place
+        if stage is None:
+            stage = stage_pays(plan, m, n, k, dtype, spec, sum(slow))
+        return staged if stage else plan
+    # Otherwise reading in place takes the fastest of the 32-deep tiles (`INPLACE_CONFIGS`)
+    unaligned = (slow[0] > 0, slow[1] > 0)
+    budget = plan.sm_budget
+    inplace = min(INPLACE_CONFIGS, key=lambda c: inplace_time(c, m, n, k, dtype, budget, spec, unaligned, batch))
     if stage is None:
-        stage = stage_pays(plan, m, n, k, dtype, spec, sum(slow), sum(x > 0 for x in slow))
-    if not stage:
-        return plan
-    return dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)
+        staged_time = copy_time(plan, dtype, spec, sum(slow)) + max(spec.rates.launch_floor, modelled_time(
+            plan.config, m, n, k, dtype, budget, plan.schedule, spec.l2_bytes, plan.sk_waves, spec.rates, batch))
+        stage = staged_time < inplace_time(inplace, m, n, k, dtype, budget, spec, unaligned, batch)
+    if stage:
+        return staged
+    return make_plan(m, n, k, dtype, spec, schedule="persistent" if schedule == "auto" else schedule,
+                     num_sms=num_sms, tf32=tf32, config=inplace, batch=batch)

@@ -2,9 +2,16 @@
 
 A serving step runs the prefill chunk's GEMMs (compute-bound) beside the decode batch's attention (bound by
 streaming the KV cache). This kernel is that attention, written to pull device-memory bandwidth from few SMs: a
-persistent grid (`num_programs`, two a SM by default), each program walking (sequence, KV head) items and streaming
-their pages through tensor descriptors (TMA on Hopper), several pages in flight. One item is the GQA group of query
-heads that share a KV head, so each K and V page is read once for all of them.
+persistent grid (`num_programs`), each program walking (sequence, KV head) items and streaming their pages through
+tensor descriptors (TMA on Hopper), `stages - 1` pages in flight. One item is the GQA group of query heads that
+share a KV head, so each K and V page is read once for all of them.
+
+A page's K and V descriptor loads take their row from the block table; the table entry of the next page is loaded
+one iteration ahead, so the pipeliner can issue the descriptor loads `stages - 1` pages ahead (loaded in the same
+iteration, the entry would hold them to one page ahead: a third of the bandwidth). What then bounds one program is
+the dependent chain of a page's dots, softmax reductions and barriers (~0.9 us a page on the H200), so an SM needs
+several programs: 3 an SM pull ~70 GB/s an SM (3.1 TB/s from 44 SMs), 2 an SM ~59, 1 ~38; on the whole device two
+an SM do best (4.4 TB/s), since 3 leave a tail of items.
 
 Layout (vLLM's paged layout, heads before tokens): k_cache and v_cache [pages, kv_heads, page_size, head_dim] bf16
 contiguous; block_table [batch, max_pages] int32 maps a sequence's i-th page to its page in the cache; seq_lens
@@ -21,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime import _allocation
+
+PARTITION_PROGRAMS_PER_SM = 3  # programs an SM that stream fastest in a partition (module docstring)
 
 
 @triton.jit
@@ -46,9 +55,11 @@ def _decode_attention_kernel(
         m_i = tl.full((GROUP_PAD,), float("-inf"), tl.float32)
         l_i = tl.zeros((GROUP_PAD,), tl.float32)
         acc = tl.zeros((GROUP_PAD, HEAD_DIM), tl.float32)
-        for i in tl.range(0, tl.cdiv(seq_len, PAGE), num_stages=STAGES):
-            page = tl.load(table_ptr + b * max_pages + i)
+        n_pages = tl.cdiv(seq_len, PAGE)
+        page = tl.load(table_ptr + b * max_pages)
+        for i in tl.range(0, n_pages, num_stages=STAGES):
             row = (page * kv_heads + h) * PAGE
+            page = tl.load(table_ptr + b * max_pages + tl.minimum(i + 1, n_pages - 1))  # the next page's entry
             b_k = k_desc.load([row, 0])  # [PAGE, HEAD_DIM]
             b_v = v_desc.load([row, 0])
             if INTERPRETER:  # the interpreter's bf16 dot reads raw bits
@@ -80,8 +91,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      warps: int = 4) -> torch.Tensor:
     """softmax(q K^T / sqrt(head_dim)) V for each sequence's one new token, GQA (q_heads a multiple of kv_heads),
     over the paged caches (layout in the module docstring). `num_programs`: the persistent grid (default two per
-    SM of the device, or of the green context the current stream runs in, when the caller passes its SM count
-    times two). bf16 in and out, fp32 softmax and accumulation."""
+    SM of the device; in a green context of fewer SMs, pass `PARTITION_PROGRAMS_PER_SM` times its SM count). bf16 in
+    and out, fp32 softmax and accumulation."""
     batch, q_heads, head_dim = q.shape
     pages, kv_heads, page_size, _ = k_cache.shape
     if q_heads % kv_heads or k_cache.shape != v_cache.shape or k_cache.shape[-1] != head_dim:

@@ -35,7 +35,7 @@ import triton.language as tl
 
 import smgemm
 
-from .attention import cache_bytes, decode_attention, paged_cache, reference_attention
+from .attention import PARTITION_PROGRAMS_PER_SM, cache_bytes, decode_attention, paged_cache, reference_attention
 from .timing import PLOT_SKIPPED, environment, event_ms, int_list, pyplot, save_figure, shape, table
 
 
@@ -207,8 +207,9 @@ def bench_step(tokens: int, batch: int, context: int, budgets: list[int], reps: 
         if not ((out[few].double() - ref).abs() <= bound).all():
             raise RuntimeError("decode attention disagrees with SDPA before timing")
 
-        def side(num_programs: int | None = None) -> Callable[[], None]:
-            return lambda: decode_attention(q, k_cache, v_cache, table_, lens, num_programs=num_programs)
+        def side(num_sms: int | None = None) -> Callable[[], None]:  # on the whole device or num_sms of a partition
+            programs = None if num_sms is None else PARTITION_PROGRAMS_PER_SM * num_sms
+            return lambda: decode_attention(q, k_cache, v_cache, table_, lens, num_programs=programs)
     elif partner == "mxfp4":
         xs = torch.randn(batch, 4096, device="cuda").to(torch.bfloat16)
         hs = torch.randn(batch, 14336, device="cuda").to(torch.bfloat16)
@@ -216,13 +217,11 @@ def bench_step(tokens: int, batch: int, context: int, budgets: list[int], reps: 
                    STEP_PROJECTIONS.items()} for _ in range(decode_layers)]
         moved = sum(w.data.numel() + w.scales.numel() for layer in layers for w in layer.values())
 
-        def side(num_programs: int | None = None) -> Callable[[], None]:
-            sms = None if num_programs is None else max(1, num_programs // 2)
-
+        def side(num_sms: int | None = None) -> Callable[[], None]:
             def run() -> None:
                 for layer in layers:
                     for name, w in layer.items():
-                        smgemm.linear(hs if name == "down" else xs, w, num_sms=sms)
+                        smgemm.linear(hs if name == "down" else xs, w, num_sms=num_sms)
             return run
     else:
         raise ValueError(f"partner must be 'attention' or 'mxfp4', got {partner!r}")
@@ -245,9 +244,9 @@ def bench_step(tokens: int, batch: int, context: int, budgets: list[int], reps: 
         with g_part:
             t_g = steady_ms(gemms(k))
         with p_part:
-            t_p = steady_ms(side(2 * rest))
+            t_p = steady_ms(side(rest))
         part = lambda g=g_part, p=p_part, k=k, rest=rest: _side_by_side((g.stream, gemms(k)),
-                                                                        (p.stream, side(2 * rest)))
+                                                                        (p.stream, side(rest)))
         t_part = steady_ms(part)
         rows.append({
             "GEMM SMs": k, "partner SMs": rest, "isolated": g_part.isolated and p_part.isolated,
@@ -262,7 +261,7 @@ def bench_step(tokens: int, batch: int, context: int, budgets: list[int], reps: 
         "best k": best["GEMM SMs"], "best partitioned / sequential": best["partitioned / sequential"],
         "model's best ms": modelled, "best measured / model's best": best["partitioned ms"] / modelled,
         "partitioned MHz, W": _clock_power(lambda: _side_by_side((g_part.stream, gemms(best["GEMM SMs"])),
-                                                                 (p_part.stream, side(2 * p_part.num_sms))), reps),
+                                                                 (p_part.stream, side(p_part.num_sms))), reps),
     })
     return rows, summary
 
