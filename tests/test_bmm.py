@@ -55,6 +55,31 @@ def test_batched_stream_k_splits_across_matrices(device):
     _check(smgemm.bmm(a, b, schedule="streamk", num_sms=8), a, b)
 
 
+@pytest.mark.parametrize("schedule", ["persistent", "streamk", "data_parallel"])
+def test_batched_descriptors_stay_inside_each_matrix(device, schedule):
+    # A Hopper-path tile on a batch: 3-D descriptors, one matrix a block. M = 40 and N = 24 leave most of each
+    # 32 x 32 tile past the matrix's edge, where the next matrix's rows lie in memory: they must read as zeros.
+    from smgemm._launch import Operands, static_args
+    from smgemm.plan import decide
+
+    cfg = smgemm.TileConfig(32, 32, 16, num_warps=4, num_stages=2, tma=True, flatten=True)
+    f16 = torch.float16
+    w = randn((3, 24, 48), f16, device)
+    operands = [
+        ("stored", "transposed", randn((3, 40, 48), f16, device), w.transpose(1, 2)),
+        ("transposed", "stored", randn((3, 48, 40), f16, device).transpose(1, 2), randn((3, 48, 24), f16, device)),
+        ("stored", "pointers", randn((3, 40, 48), f16, device), randn((48, 24), f16, device).expand(3, 48, 24)),
+    ]
+    for a_desc, b_desc, a, b in operands:
+        with smgemm.plan.overrides(config=cfg, schedule=schedule):
+            out = smgemm.bmm(a, b, num_sms=4)
+            plan = decide(40, 24, 48, f16, device_spec(torch.device(device)), batch=3)
+        _check(out, a, b)
+        assert not plan.config.tma_store  # a batched product stores through pointers
+        _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
+        assert (meta["A_DESC"], meta["B_DESC"], meta["BATCHED"]) == (a_desc, b_desc, True)
+
+
 def test_baddbmm_broadcasts_input_and_updates_in_place(device):
     a, b = randn((3, 16, 32), torch.float16, device), randn((3, 32, 24), torch.float16, device)
     for c_shape in [(24,), (1, 24), (16, 1), (3, 1, 24), (3, 16, 24)]:

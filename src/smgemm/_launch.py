@@ -52,8 +52,10 @@ def tensor_args(plan: Plan, ops: Operands) -> tuple:
 def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_int64: bool) -> tuple[tuple, dict]:
     """gemm_kernel's int arguments (signature order) and meta-parameters: functions of the shapes, strides,
     dtypes and alignment of the operands and of the plan only, never of the data (so repeat calls reuse them).
-    A batched product has 3-D dense operands [batch, rows, cols] (`c` expanded to [batch, M, N]); it reads and
-    writes through pointers (the planner gives it no Hopper-path tile)."""
+    A batched product has 3-D dense operands [batch, rows, cols] (`c` expanded to [batch, M, N]); it reads an
+    operand through a 3-D tensor descriptor where TMA's rules allow (`tma_mode` of one matrix, and a batch stride
+    that is a positive multiple of 16 bytes; a broadcast operand, stride 0, reads through pointers) and writes
+    through pointers."""
     a, b, out, c, scale_a, scale_b, smid_out = ops
     cfg = plan.config
     batched = out.dim() == 3
@@ -63,12 +65,13 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         a, b, out, c = a[0], b[0], out[0], (c[0] if c is not None else None)
     a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
     stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
-    tma = cfg.tma and not batched and (a.device.type == "cpu" or device_spec(a.device).capability >= (9, 0))
-    a_mode = 0 if a_mx or not tma else tma_mode(a)
-    b_mode = 0 if b_mx or not tma else tma_mode(b)
+    tma = cfg.tma and not (batched and (a_mx or b_mx)) and (
+        a.device.type == "cpu" or device_spec(a.device).capability >= (9, 0))
+    a_mode = 0 if a_mx or not tma or not _batch_stride_ok(batch_ints[1], a, batched) else tma_mode(a)
+    b_mode = 0 if b_mx or not tma or not _batch_stride_ok(batch_ints[2], b, batched) else tma_mode(b)
     # TMA stores clip at the tensor's edge only to 16-byte granularity (triton-lang/triton#11583): a row whose
     # length is not a multiple of 16 bytes would spill into the memory beside a view. Such outputs use pointers.
-    store_tma = tma and cfg.tma_store and out.shape[1] * out.element_size() % 16 == 0
+    store_tma = tma and cfg.tma_store and not batched and out.shape[1] * out.element_size() % 16 == 0
     d_mode = tma_mode(out) if store_tma else 0
     ints = (
         out.shape[0], out.shape[1], a.shape[1],
@@ -95,6 +98,11 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
 
 
 _READS = ("pointers", "stored", "transposed")  # the kernel's A_DESC / B_DESC for each tma_mode
+
+
+def _batch_stride_ok(stride: int, t: torch.Tensor, batched: bool) -> bool:
+    """Whether a batched operand's batch stride fits a 3-D tensor descriptor: positive and 16-byte aligned."""
+    return not batched or (stride > 0 and stride * t.element_size() % 16 == 0)
 
 
 def fixup_columns(cfg: TileConfig) -> int:

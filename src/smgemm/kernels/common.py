@@ -165,11 +165,11 @@ def wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
 def k_loop(
     a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
-    pid_m, pid_n, iter_start, iter_end,
+    pid_m, pid_n, batch_id, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
-    MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr,
+    MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end).
 
@@ -178,7 +178,7 @@ def k_loop(
     A_DESC / B_DESC select how a dense operand is read: "pointers", through pointers and strides; "stored", a tensor
     descriptor (TMA on Hopper) over the operand as stored, A [M, K] / B [K, N]; "transposed", a descriptor over its
     transpose, A^T [K, M] / B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past
-    the edge with zeros.
+    the edge with zeros. BATCHED: the descriptors are 3-D, [batch, rows, cols], read at matrix `batch_id`.
     MXFP4 operands (B_MX: B given as an [N, K/2] weight; A_MX: A stored [M, K/2]) go to `k_loop_mx`.
     INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
     bf16 -> fp32 is exact, so CPU runs of the same kernel stay trustworthy.
@@ -191,29 +191,40 @@ def k_loop(
         )
     else:
         acc = k_loop_dense(
-            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, iter_start, iter_end,
-            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_DESC, B_DESC,
+            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, batch_id, iter_start,
+            iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_DESC, B_DESC,
+            BATCHED,
         )
     return acc
 
 
 @triton.jit
-def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, offs_k,
+def _desc_block(desc, batch_id, row, col, ROWS: tl.constexpr, COLS: tl.constexpr, BATCHED: tl.constexpr):
+    """The [ROWS, COLS] block at (row, col) of a 2-D descriptor, or of matrix batch_id of a 3-D one (BATCHED)."""
+    if BATCHED:
+        return desc.load([batch_id, row, col]).reshape(ROWS, COLS)
+    else:
+        return desc.load([row, col])
+
+
+@triton.jit
+def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, batch_id, offs_k,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
-                INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr):
+                INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
+                BATCHED: tl.constexpr):
     """acc + A[tile rows, K step it] @ B[K step it, tile cols]; MASK_K: pointer loads masked at K (the K tail)."""
     if A_DESC == "stored":
-        b_a = a_ptr.load([pid_m * BLOCK_M, it * BLOCK_K])
+        b_a = _desc_block(a_ptr, batch_id, pid_m * BLOCK_M, it * BLOCK_K, BLOCK_M, BLOCK_K, BATCHED)
     elif A_DESC == "transposed":
-        b_a = tl.trans(a_ptr.load([it * BLOCK_K, pid_m * BLOCK_M]))
+        b_a = tl.trans(_desc_block(a_ptr, batch_id, it * BLOCK_K, pid_m * BLOCK_M, BLOCK_K, BLOCK_M, BATCHED))
     elif MASK_K:
         b_a = tl.load(p_a, mask=offs_k[None, :] < K - it * BLOCK_K, other=0.0)
     else:
         b_a = tl.load(p_a)
     if B_DESC == "stored":
-        b_b = b_ptr.load([it * BLOCK_K, pid_n * BLOCK_N])
+        b_b = _desc_block(b_ptr, batch_id, it * BLOCK_K, pid_n * BLOCK_N, BLOCK_K, BLOCK_N, BATCHED)
     elif B_DESC == "transposed":
-        b_b = tl.trans(b_ptr.load([pid_n * BLOCK_N, it * BLOCK_K]))
+        b_b = tl.trans(_desc_block(b_ptr, batch_id, pid_n * BLOCK_N, it * BLOCK_K, BLOCK_N, BLOCK_K, BATCHED))
     elif MASK_K:
         b_b = tl.load(p_b, mask=offs_k[:, None] < K - it * BLOCK_K, other=0.0)
     else:
@@ -243,10 +254,10 @@ def _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, k0, stride_am, stride_
 
 @triton.jit
 def k_loop_dense(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, iter_start, iter_end,
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, batch_id, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
-    A_DESC: tl.constexpr, B_DESC: tl.constexpr,
+    A_DESC: tl.constexpr, B_DESC: tl.constexpr, BATCHED: tl.constexpr,
 ):
     """k_loop for dense operands (bf16, fp16, fp32, fp8).
 
@@ -264,8 +275,8 @@ def k_loop_dense(
         full_end = tl.minimum(iter_end, K // BLOCK_K)  # the steps before the K tail
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for it in range(iter_start, full_end):
-        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, offs_k, BLOCK_M, BLOCK_N, BLOCK_K,
-                          False, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC)
+        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, batch_id, offs_k, BLOCK_M, BLOCK_N,
+                          BLOCK_K, False, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED)
         if A_DESC == "pointers":
             p_a += BLOCK_K * stride_ak
         if B_DESC == "pointers":
@@ -274,8 +285,8 @@ def k_loop_dense(
         if full_end < iter_end:  # the K tail, masked; its pointers formed anew, so the loop's die with the loop
             t_a, t_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, full_end * BLOCK_K, stride_am,
                                        stride_ak, stride_bk, stride_bn, A_DESC, B_DESC)
-            acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, offs_k, BLOCK_M, BLOCK_N,
-                              BLOCK_K, True, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC)
+            acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, batch_id, offs_k, BLOCK_M,
+                              BLOCK_N, BLOCK_K, True, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED)
     return acc
 
 

@@ -36,19 +36,24 @@ def _column_block(x, j: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr, 
 
 @triton.jit
 def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, c_ptr, d_ptr,
-          stride_ab, stride_bb, stride_cb, stride_db, GROUP_M: tl.constexpr, BATCHED: tl.constexpr):
-    """Tile `tile_id`'s coordinates and the operands it reads and writes: with BATCHED, tile ids run batch-major
-    over `tiles_per_batch` tiles a matrix, and the pointers move to the tile's matrix (pointer path only)."""
+          stride_ab, stride_bb, stride_cb, stride_db, GROUP_M: tl.constexpr, BATCHED: tl.constexpr,
+          A_DESC: tl.constexpr, B_DESC: tl.constexpr):
+    """Tile `tile_id`'s coordinates, its matrix in the batch, and the operands it reads and writes: with BATCHED,
+    tile ids run batch-major over `tiles_per_batch` tiles a matrix, and the pointers move to the tile's matrix
+    (descriptors are 3-D: k_loop indexes them with the matrix)."""
+    batch = 0
     if BATCHED:
         batch = tile_id // tiles_per_batch
         pid_m, pid_n = tile_coords(tile_id % tiles_per_batch, num_pid_m, num_pid_n, GROUP_M)
-        a_ptr += batch * stride_ab
-        b_ptr += batch * stride_bb
+        if A_DESC == "pointers":
+            a_ptr += batch * stride_ab
+        if B_DESC == "pointers":
+            b_ptr += batch * stride_bb
         c_ptr += batch * stride_cb
         d_ptr += batch * stride_db
     else:
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-    return pid_m, pid_n, a_ptr, b_ptr, c_ptr, d_ptr
+    return pid_m, pid_n, batch, a_ptr, b_ptr, c_ptr, d_ptr
 
 
 @triton.jit(do_not_specialize=["epoch"])
@@ -93,27 +98,39 @@ def gemm_kernel(
     # Tensor descriptors (TMA on Hopper), built here on the device: no host work per launch. From now on a_ptr /
     # b_ptr are what k_loop reads through (a pointer or a descriptor, per A_DESC / B_DESC); d_desc is used only
     # when D_DESC. The host checked TMA's rules (16-byte aligned base and row stride, unit last stride).
-    if A_DESC == "stored":
-        a_ptr = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
-    elif A_DESC == "transposed":
-        a_ptr = tl.make_tensor_descriptor(a_ptr, [K, M], [stride_ak, 1], [BLOCK_K, BLOCK_M])
-    if B_DESC == "stored":
-        b_ptr = tl.make_tensor_descriptor(b_ptr, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
-    elif B_DESC == "transposed":
-        b_ptr = tl.make_tensor_descriptor(b_ptr, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K])
+    # A batched operand's descriptor is 3-D, [batch, rows, cols], with blocks of one matrix.
+    if BATCHED:
+        if A_DESC == "stored":
+            a_ptr = tl.make_tensor_descriptor(a_ptr, [batch, M, K], [stride_ab, stride_am, 1], [1, BLOCK_M, BLOCK_K])
+        elif A_DESC == "transposed":
+            a_ptr = tl.make_tensor_descriptor(a_ptr, [batch, K, M], [stride_ab, stride_ak, 1], [1, BLOCK_K, BLOCK_M])
+        if B_DESC == "stored":
+            b_ptr = tl.make_tensor_descriptor(b_ptr, [batch, K, N], [stride_bb, stride_bk, 1], [1, BLOCK_K, BLOCK_N])
+        elif B_DESC == "transposed":
+            b_ptr = tl.make_tensor_descriptor(b_ptr, [batch, N, K], [stride_bb, stride_bn, 1], [1, BLOCK_N, BLOCK_K])
+    else:
+        if A_DESC == "stored":
+            a_ptr = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
+        elif A_DESC == "transposed":
+            a_ptr = tl.make_tensor_descriptor(a_ptr, [K, M], [stride_ak, 1], [BLOCK_K, BLOCK_M])
+        if B_DESC == "stored":
+            b_ptr = tl.make_tensor_descriptor(b_ptr, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
+        elif B_DESC == "transposed":
+            b_ptr = tl.make_tensor_descriptor(b_ptr, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K])
     d_desc = d_ptr
     if D_DESC:
         d_desc = tl.make_tensor_descriptor(d_ptr, [M, N], [stride_dm, 1], [BLOCK_M, BLOCK_N // 2])
     # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
     # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
     for tile_id in tl.range(pid, dp_tiles, num_programs, flatten=FLATTEN):
-        pid_m, pid_n, a_t, b_t, c_t, d_t = _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, c_ptr,
-                                                 d_ptr, stride_ab, stride_bb, stride_cb, stride_db, GROUP_M, BATCHED)
+        pid_m, pid_n, batch_id, a_t, b_t, c_t, d_t = _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr,
+                                                           b_ptr, c_ptr, d_ptr, stride_ab, stride_bb, stride_cb,
+                                                           stride_db, GROUP_M, BATCHED, A_DESC, B_DESC)
         acc = k_loop(
             a_t, b_t, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
-            pid_m, pid_n, 0, k_iters,
+            pid_m, pid_n, batch_id, 0, k_iters,
             BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
-            A_DESC, B_DESC, MX_SWAP, MX_PREFETCH,
+            A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED,
         )
         epilogue(
             acc, pid_m, pid_n, M, N, d_t, d_desc, stride_dm, stride_dn, c_t, stride_cm, stride_cn,
@@ -151,14 +168,15 @@ def gemm_kernel(
             tile = (seg_end - 1) // k_iters
             tile_start = tile * k_iters
             seg_start = tl.maximum(start, tile_start)
-            pid_m, pid_n, a_t, b_t, c_t, d_t = _tile(dp_tiles + tile, tiles_per_batch, num_pid_m, num_pid_n, a_ptr,
-                                                     b_ptr, c_ptr, d_ptr, stride_ab, stride_bb, stride_cb, stride_db,
-                                                     GROUP_M, BATCHED)
+            pid_m, pid_n, batch_id, a_t, b_t, c_t, d_t = _tile(dp_tiles + tile, tiles_per_batch, num_pid_m,
+                                                               num_pid_n, a_ptr, b_ptr, c_ptr, d_ptr, stride_ab,
+                                                               stride_bb, stride_cb, stride_db, GROUP_M, BATCHED,
+                                                               A_DESC, B_DESC)
             acc = k_loop(
                 a_t, b_t, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa,
-                stride_mxb, pid_m, pid_n, seg_start - tile_start, seg_end - tile_start,
+                stride_mxb, pid_m, pid_n, batch_id, seg_start - tile_start, seg_end - tile_start,
                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
-                A_DESC, B_DESC, MX_SWAP, MX_PREFETCH,
+                A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED,
             )
             if seg_end < tile_start + k_iters:
                 # The tile's last iterations belong to pid + 1: publish this partial sum for it. At most one per
