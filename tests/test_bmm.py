@@ -58,11 +58,12 @@ def test_batched_stream_k_splits_across_matrices(device):
 @pytest.mark.parametrize("schedule", ["persistent", "streamk", "data_parallel"])
 def test_batched_descriptors_stay_inside_each_matrix(device, schedule):
     # A Hopper-path tile on a batch: 3-D descriptors, one matrix a block. M = 40 and N = 24 leave most of each
-    # 32 x 32 tile past the matrix's edge, where the next matrix's rows lie in memory: they must read as zeros.
+    # 32 x 32 tile past the matrix's edge, where the next matrix's rows lie in memory: they must read as zeros, and
+    # the store must leave them alone (out is NaN-poisoned around each matrix).
     from smgemm._launch import Operands, static_args
     from smgemm.plan import decide
 
-    cfg = smgemm.TileConfig(32, 32, 16, num_warps=4, num_stages=2, tma=True, flatten=True)
+    cfg = smgemm.TileConfig(32, 32, 16, num_warps=4, num_stages=2, tma=True, tma_store=True, flatten=True)
     f16 = torch.float16
     w = randn((3, 24, 48), f16, device)
     operands = [
@@ -71,13 +72,15 @@ def test_batched_descriptors_stay_inside_each_matrix(device, schedule):
         ("stored", "pointers", randn((3, 40, 48), f16, device), randn((48, 24), f16, device).expand(3, 48, 24)),
     ]
     for a_desc, b_desc, a, b in operands:
+        poisoned = torch.full((3, 48, 32), float("nan"), dtype=f16, device=device)
+        out = poisoned[:, :40, :24]
         with smgemm.plan.overrides(config=cfg, schedule=schedule):
-            out = smgemm.bmm(a, b, num_sms=4)
+            smgemm.bmm(a, b, num_sms=4, out=out)
             plan = decide(40, 24, 48, f16, device_spec(torch.device(device)), batch=3)
         _check(out, a, b)
-        assert not plan.config.tma_store  # a batched product stores through pointers
+        assert poisoned[:, 40:].isnan().all() and poisoned[:, :, 24:].isnan().all()  # nothing written past the edges
         _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
-        assert (meta["A_DESC"], meta["B_DESC"], meta["BATCHED"]) == (a_desc, b_desc, True)
+        assert (meta["A_DESC"], meta["B_DESC"], meta["D_DESC"], meta["BATCHED"]) == (a_desc, b_desc, True, True)
 
 
 def test_baddbmm_broadcasts_input_and_updates_in_place(device):

@@ -53,9 +53,9 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     """gemm_kernel's int arguments (signature order) and meta-parameters: functions of the shapes, strides,
     dtypes and alignment of the operands and of the plan only, never of the data (so repeat calls reuse them).
     A batched product has 3-D dense operands [batch, rows, cols] (`c` expanded to [batch, M, N]); it reads an
-    operand through a 3-D tensor descriptor where TMA's rules allow (`tma_mode` of one matrix, and a batch stride
-    that is a positive multiple of 16 bytes; a broadcast operand, stride 0, reads through pointers) and writes
-    through pointers."""
+    operand, and writes the output, through a 3-D tensor descriptor where TMA's rules allow (`tma_mode` of one
+    matrix, and a batch stride that is a positive multiple of 16 bytes; a broadcast operand, stride 0, reads through
+    pointers)."""
     a, b, out, c, scale_a, scale_b, smid_out = ops
     cfg = plan.config
     batched = out.dim() == 3
@@ -71,7 +71,8 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     b_mode = 0 if b_mx or not tma or not _batch_stride_ok(batch_ints[2], b, batched) else tma_mode(b)
     # TMA stores clip at the tensor's edge only to 16-byte granularity (triton-lang/triton#11583): a row whose
     # length is not a multiple of 16 bytes would spill into the memory beside a view. Such outputs use pointers.
-    store_tma = tma and cfg.tma_store and not batched and out.shape[1] * out.element_size() % 16 == 0
+    store_tma = (tma and cfg.tma_store and out.shape[1] * out.element_size() % 16 == 0
+                 and _batch_stride_ok(batch_ints[4], out, batched))
     d_mode = tma_mode(out) if store_tma else 0
     ints = (
         out.shape[0], out.shape[1], a.shape[1],

@@ -368,8 +368,8 @@ def choose_config(
         if stages < 2:
             continue
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma
-        cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper,
-                         tma_store=hopper and batch == 1, flatten=hopper)  # batched: D through pointers
+        cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
+                         flatten=hopper)
         for schedule, waves in _candidates(schedules):
             if skinny and largest and schedule == "streamk":
                 continue
@@ -556,7 +556,7 @@ def make_plan(
     batch: int = 1,
 ) -> Plan:
     """Plan an (m, n, k) GEMM with `dtype` operands on the device described by `spec` (`batch` of them in one
-    launch: their tiles share the schedule; batched products store through pointers).
+    launch: their tiles share the schedule).
 
     `num_sms` is the caller's SM budget (None, or the device's SM count or more: the whole device); `config`
     overrides the tile model (tests and tuning use it). The returned plan's grid never exceeds a budget below the
@@ -570,7 +570,7 @@ def make_plan(
         cfg, chosen, sk_waves = choose_config(m, n, k, dtype, spec, budget, wanted,
                                               fma=dtype == torch.float32 and not tf32, batch=batch)
     else:
-        cfg = config if batch == 1 else dataclasses.replace(config, tma_store=False)
+        cfg = config
         chosen, sk_waves = min(_candidates(wanted),
                                key=lambda c: _cost(cfg, m, n, k, dtype, budget, c[0], spec, c[1], batch))
     if cfg.block_k < min_block_k(dtype):

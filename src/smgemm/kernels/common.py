@@ -366,7 +366,7 @@ def epilogue(
     alpha, beta,
     HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_INT64: tl.constexpr, INTERPRETER: tl.constexpr,
-    D_DESC: tl.constexpr,
+    D_DESC: tl.constexpr, batch_id=0, BATCHED: tl.constexpr = False,
 ):
     """D = alpha * (scale_a[m] * scale_b[n] * acc) + beta * C[m, n], computed in fp32, cast to D's dtype.
 
@@ -374,7 +374,8 @@ def epilogue(
     matrix has both strides. C is not read unless HAS_C, so beta == 0 never propagates NaN from C.
     scale_a is per row (or per tensor with stride 0), scale_b per column (or per tensor).
     D_DESC: store through the tensor descriptor `d_desc` (TMA, blocks [BLOCK_M, BLOCK_N // 2], clipped at the edges)
-    in two halves, so that each half's staging buffer is small; else through `d_ptr` and the strides, masked.
+    in two halves, so that each half's staging buffer is small (BATCHED: `d_desc` is 3-D, [batch, M, N], written at
+    matrix `batch_id`); else through `d_ptr` and the strides, masked.
     """
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -397,8 +398,13 @@ def epilogue(
     if D_DESC:
         halves = acc.to(d_ptr.dtype.element_ty).reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1)
         left, right = tl.split(halves)
-        d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], left)
-        d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], right)
+        if BATCHED:
+            d_desc.store([batch_id, pid_m * BLOCK_M, pid_n * BLOCK_N], left.reshape(1, BLOCK_M, BLOCK_N // 2))
+            d_desc.store([batch_id, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2],
+                         right.reshape(1, BLOCK_M, BLOCK_N // 2))
+        else:
+            d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], left)
+            d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], right)
     else:
         p_d = d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn
         tl.store(p_d, acc.to(d_ptr.dtype.element_ty), mask=mask)

@@ -118,7 +118,9 @@ def gemm_kernel(
         elif B_DESC == "transposed":
             b_ptr = tl.make_tensor_descriptor(b_ptr, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K])
     d_desc = d_ptr
-    if D_DESC:
+    if D_DESC and BATCHED:
+        d_desc = tl.make_tensor_descriptor(d_ptr, [batch, M, N], [stride_db, stride_dm, 1], [1, BLOCK_M, BLOCK_N // 2])
+    elif D_DESC:
         d_desc = tl.make_tensor_descriptor(d_ptr, [M, N], [stride_dm, 1], [BLOCK_M, BLOCK_N // 2])
     # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
     # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
@@ -135,7 +137,7 @@ def gemm_kernel(
         epilogue(
             acc, pid_m, pid_n, M, N, d_t, d_desc, stride_dm, stride_dn, c_t, stride_cm, stride_cn,
             sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
-            HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
+            HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, batch_id, BATCHED,
         )
     if STREAMK:
         # Stream-K over the tiles from dp_tiles on, their K-iterations numbered tile-major from 0: program pid owns
@@ -188,7 +190,8 @@ def gemm_kernel(
                 epilogue(
                     acc, pid_m, pid_n, M, N, d_t, d_desc, stride_dm, stride_dn, c_t, stride_cm, stride_cn,
                     sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
-                    HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
+                    HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, batch_id,
+                    BATCHED,
                 )
             else:
                 # This program finishes a tile that lower programs started: the tile is summed in program order
