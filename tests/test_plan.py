@@ -340,3 +340,27 @@ def test_persistent_four_warp_tiles_take_long_k_steps():
         assert plan.schedule == "persistent" and plan.config.num_warps == 4 and plan.config.block_k == 128
     sk = make_plan(256, 1024, 16384, torch.bfloat16, H200)
     assert sk.schedule == "streamk" and sk.config.block_k * 2 == 128 and sk.config.num_stages == 6
+
+
+def test_rates_of_other_devices_follow_their_memory_bandwidth():
+    from types import SimpleNamespace
+
+    from smgemm._device import H200_RATES, rates_for
+
+    h200 = SimpleNamespace(name="NVIDIA H200", memory_clock_rate=3_200_000, memory_bus_width=6144)
+    assert rates_for(h200) is H200_RATES
+    h100 = SimpleNamespace(name="NVIDIA H100 80GB HBM3", memory_clock_rate=2_619_000, memory_bus_width=5120)
+    rates = rates_for(h100)
+    scale = 2 * 2.619e9 * 640 / 4.8e12  # 3.35 TB/s against 4.8
+    assert rates.hbm_bytes_per_iter == pytest.approx(H200_RATES.hbm_bytes_per_iter * scale)
+    assert rates.stage_bytes_per_iter == pytest.approx(H200_RATES.stage_bytes_per_iter * scale)
+    # only the whole-device bandwidth terms change
+    assert dataclasses.replace(rates, hbm_bytes_per_iter=H200_RATES.hbm_bytes_per_iter,
+                               stage_bytes_per_iter=H200_RATES.stage_bytes_per_iter) == H200_RATES
+    faster = SimpleNamespace(name="a GPU with more bandwidth", memory_clock_rate=8_000_000, memory_bus_width=8192)
+    assert rates_for(faster) == H200_RATES  # never above the measured H200's
+    assert rates_for(SimpleNamespace(name="NVIDIA A100")) is H200_RATES  # torch without the memory properties
+    # a decode GEMM's plan is still valid and within budget with the slower memory
+    spec = dataclasses.replace(H200, rates=rates)
+    plan = make_plan(16, 4096, 4096, torch.bfloat16, spec, num_sms=66)
+    assert plan.num_programs <= 66

@@ -6,6 +6,7 @@ reused for `cuda:1` by accident: the spec is part of every plan key.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -18,9 +19,10 @@ from .kernels.gemm import gemm_kernel
 @dataclass(frozen=True)
 class Rates:
     """The measured rates and costs of the planner's model (`plan.py`), in iterations of the 128 x 256 reference
-    tile (~0.85 us each on the H200). The defaults are the H200's, fitted with the sweeps in benchmarks/; a device
-    whose rates were not measured plans with them (they order tile and schedule choices; they set no limit that could
-    make a plan incorrect). Pass another `Rates` in a `DeviceSpec` to plan for other numbers.
+    tile (~0.85 us each on the H200). The defaults are the H200's, fitted with the sweeps in benchmarks/; another
+    device plans with them scaled to its device-memory bandwidth (`rates_for`). They order tile and schedule choices;
+    they set no limit that could make a plan incorrect. Pass another `Rates` in a `DeviceSpec`, or in
+    `smgemm.overrides(rates=...)`, to plan for other numbers.
     """
 
     # Device-memory bytes the chip streams in one reference iteration (~4 TB/s x 0.85 us): no schedule beats
@@ -77,6 +79,25 @@ class Rates:
 
 
 H200_RATES = Rates()
+# The H200's peak device-memory bandwidth (HBM3e: 6144-bit bus, 3.2 GHz, two transfers a clock), which its rates'
+# whole-device bandwidth terms were measured against.
+_H200_PEAK_BYTES_PER_S = 4.8e12
+
+
+def rates_for(props) -> Rates:
+    """The planner's rates for a CUDA device with properties `props` (torch.cuda.get_device_properties): the
+    H200's measured rates for an H200, and for another device the same rates with their whole-device bandwidth terms
+    (`hbm_bytes_per_iter`, `stage_bytes_per_iter`) scaled by its peak device-memory bandwidth against the H200's, no
+    higher (an H100 SXM: 0.70 of them). The per-SM rates and costs, set by the SM and its clock, stay: Hopper SMs
+    share them, and on older GPUs they only order the pointer-path tiles. Where torch does not report the memory
+    clock and bus width, the H200's."""
+    clock_khz = getattr(props, "memory_clock_rate", 0)
+    bus_bits = getattr(props, "memory_bus_width", 0)
+    if "H200" in getattr(props, "name", "") or not clock_khz or not bus_bits:
+        return H200_RATES
+    scale = min(1.0, 2 * clock_khz * 1e3 * bus_bits / 8 / _H200_PEAK_BYTES_PER_S)
+    return dataclasses.replace(H200_RATES, hbm_bytes_per_iter=H200_RATES.hbm_bytes_per_iter * scale,
+                               stage_bytes_per_iter=H200_RATES.stage_bytes_per_iter * scale)
 
 
 @dataclass(frozen=True)
@@ -122,6 +143,7 @@ def _cuda_spec(index: int) -> DeviceSpec:
         smem_per_block=int(smem),
         capability=(props.major, props.minor),
         l2_bytes=int(getattr(props, "L2_cache_size", 0) or 50 * 2**20),
+        rates=rates_for(props),
     )
 
 
