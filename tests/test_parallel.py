@@ -81,20 +81,34 @@ def test_sequence_parallel_layers_match_the_unsharded_layer(world, chunks):
     mp.spawn(_layer_worker, args=(world, _port(), chunks), nprocs=world, join=True)
 
 
-def _failing_worker(rank: int, world: int, port: int) -> None:
+def _failing_worker(rank: int, world: int, port: int, outcomes: str) -> None:
     _init(rank, world, port)
     try:
         if rank == 1:
             raise ValueError("rank 1 fails before the collective")
         column_parallel_linear(torch.randn(4, 8).half(), torch.randn(4, 8).half())  # waits for rank 1's gather
+    except Exception as e:  # each rank records how it ended, then fails as it would
+        with open(os.path.join(outcomes, f"rank{rank}"), "w") as f:
+            f.write(f"{type(e).__name__}: {e}")
+        raise
     finally:
         dist.destroy_process_group()
 
 
-def test_a_failing_rank_fails_every_rank():
+def test_a_failing_rank_fails_every_rank(tmp_path):
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    with pytest.raises(Exception, match="rank 1 fails before the collective"):
-        mp.spawn(_failing_worker, args=(2, _port()), nprocs=2, join=True)
+    # Each rank is left to end by itself (spawn's join would terminate the others at the first failure): both must
+    # exit within the timeout, with an error, rank 1 with its own and rank 0 from the collective it waited in.
+    context = mp.spawn(_failing_worker, args=(2, _port(), str(tmp_path)), nprocs=2, join=False)
+    for process in context.processes:
+        process.join(timeout=120)
+    exitcodes = [p.exitcode for p in context.processes]
+    for process in context.processes:
+        if process.is_alive():  # hung: the assert below fails; leave no process behind
+            process.kill()
+    assert exitcodes == [1, 1]
+    assert (tmp_path / "rank1").read_text() == "ValueError: rank 1 fails before the collective"
+    assert (tmp_path / "rank0").read_text().startswith(("RuntimeError", "DistBackendError"))
 
 
 def test_chunks_cover_the_rows_once():
