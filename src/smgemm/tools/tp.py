@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import os
 import socket
 
@@ -254,6 +255,54 @@ def run_layer(world: int, shape: tuple[int, int, int], variants: list, reps: int
     return _spawn(_layer_worker, world, shape, variants, reps, backward)
 
 
+# bf16 GEMM TFLOP/s of smgemm on n SMs of an H200 (8192^3, docs/performance.md's SM-budget table): what the
+# layer model charges a rank's GEMMs on the SMs a collective leaves them.
+H200_TFLOPS_BY_SMS = ((16, 113.0), (32, 228.0), (66, 450.0), (100, 588.0), (132, 697.0))
+
+
+def _tflops(sms: int) -> float:
+    """H200_TFLOPS_BY_SMS interpolated linearly at `sms`."""
+    points = H200_TFLOPS_BY_SMS
+    sms = min(max(sms, points[0][0]), points[-1][0])
+    for (n0, r0), (n1, r1) in itertools.pairwise(points):
+        if sms <= n1:
+            return r0 + (r1 - r0) * (sms - n0) / (n1 - n0)
+    return points[-1][1]
+
+
+def layer_model(world: int, shape: tuple[int, int, int], link_gbs: float, chunks: int = 4, nccl_sms: int = 16,
+                backward: bool = False) -> dict[str, float]:
+    """Modelled time of one rank's sequence-parallel MLP layer (`--layer`) on `world` H200s, in ms, and the
+    speed-ups of overlapping its collectives.
+
+    A rank's GEMMs (gate/up: 2 T H 2F / world FLOPs, down: 2 T F H / world; backward twice each) run at the H200's
+    measured rate (`H200_TFLOPS_BY_SMS`): on the whole chip without overlap, on all but `nccl_sms` SMs while a
+    collective runs beside them. The all-gather before gate/up and the reduce-scatter after down (and their mirrors
+    in backward) each move (world - 1) / world of the T x H bf16 activations at `link_gbs` GB/s of bus bandwidth.
+    Without overlap the layer takes GEMMs + collectives. Overlapped in `chunks` chunks, each collective hides behind
+    its GEMM but for one chunk's share of the shorter of the two: max(G, C) + min(G, C) / chunks per pair, with G on
+    the SMs NCCL leaves (`nccl_sms` fewer), or on the whole chip where the collective runs on copy engines (symmetric
+    memory, no SMs). `bound` is the best any overlap can do, (G + C) / max(G, C) with G on the whole chip.
+    """
+    tokens, hidden, ffn = shape
+    passes = 3 if backward else 1  # backward: activation and weight gradients, twice the forward's GEMMs
+    flops = [2 * tokens * hidden * 2 * ffn / world * passes, 2 * tokens * ffn * hidden / world * passes]
+    comm = (world - 1) / world * tokens * hidden * 2 / (link_gbs * 1e9) * 1e3 * (2 if backward else 1)
+
+    def gemm_ms(sms: int) -> list[float]:
+        return [f / (_tflops(sms) * 1e12) * 1e3 for f in flops]
+
+    def overlapped(sms: int) -> float:
+        return sum(max(g, comm) + min(g, comm) / chunks for g in gemm_ms(sms))
+
+    whole = gemm_ms(132)
+    sequential = sum(whole) + 2 * comm
+    return {"world": world, "GEMMs ms": sum(whole), "collectives ms": 2 * comm, "no overlap ms": sequential,
+            f"NCCL beside GEMMs on {132 - nccl_sms} SMs": sequential / overlapped(132 - nccl_sms),
+            "copy engines beside GEMMs on 132": sequential / overlapped(132),
+            "bound": sequential / sum(max(g, comm) for g in whole)}
+
+
 def plot_layer(rows: list[dict[str, object]], path: str, title: str) -> str:
     """PNG: each variant's time per layer step, against the no-overlap row."""
     plt = pyplot()
@@ -279,12 +328,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the sequence-parallel MLP layer from smgemm.parallel (default shape Llama-3-70B's)")
     p.add_argument("--backward", action="store_true", help="--layer: forward and backward")
     p.add_argument("--plot", default="smgemm_tp.png", help="--layer: PNG path ('' skips)")
+    p.add_argument("--model", action="store_true",
+                   help="no GPUs: the --layer shape's modelled time on 2, 4 and 8 H200s (`layer_model`)")
+    p.add_argument("--link-gbs", type=float, default=360.0,
+                   help="--model: collective bus bandwidth, GB/s (NVLink 4 carries 450 each way; ring collectives "
+                        "without NVLink SHARP reach about 80%% of it)")
     p.add_argument("--nccl-channels", type=int, default=None,
                    help="cap NCCL's channels (NCCL_MAX_NCHANNELS: one thread block each), e.g. to the SMs the GEMMs "
                         "leave free")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model:
+        shape = tuple(int(v) for v in args.shape.split("x"))
+        rows = [{"pass": "fwd+bwd" if backward else "fwd", **layer_model(world, shape, args.link_gbs,
+                                                                          backward=backward)}
+                for backward in (False, True) for world in (2, 4, 8)]
+        print(f"Modelled, not measured: the {args.shape} (tokens x hidden x ffn) sequence-parallel MLP layer on "
+              f"H200s, collectives at {args.link_gbs:g} GB/s, 4 chunks; speed-ups of overlap against none.")
+        print(table(rows))
+        return 0
     if args.nccl_channels is not None:
         os.environ["NCCL_MAX_NCHANNELS"] = str(args.nccl_channels)  # read by the spawned ranks' NCCL
         print(f"NCCL_MAX_NCHANNELS={args.nccl_channels}")
