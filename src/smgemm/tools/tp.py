@@ -13,6 +13,9 @@ own async-TP (`torch.ops.symm_mem.fused_all_gather_matmul`) where the installed 
 
 On GPUs the ranks use NCCL (one GPU each, NVLink multicast off: NCCL_NVLS_ENABLE=0); without GPUs, gloo on the CPU
 with the Triton interpreter, which checks the arithmetic and the chunking but times nothing meaningful.
+
+`--model` runs nothing: it prints the `--layer` shape's modelled time on 2, 4 and 8 H200s and what overlapping its
+collectives can gain (`layer_model`), from the measured GEMM rates and a collective bandwidth.
 """
 
 from __future__ import annotations
