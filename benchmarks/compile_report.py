@@ -34,6 +34,12 @@ from smgemm.plan import TileConfig
 
 _POINTERS = {"d_ptr": "*bf16", "c_ptr": "*fp32", "sa_ptr": "*fp32", "sb_ptr": "*fp32", "mxa_ptr": "*u8",
              "mxb_ptr": "*u8", "ws_ptr": "*fp32", "smid_ptr": "*i32"}
+# gemm_kernel's tuple arguments and their fields
+_GROUPS = {"shape": ("M", "N", "K"), "a_strides": ("stride_am", "stride_ak"), "b_strides": ("stride_bk", "stride_bn"),
+           "d_strides": ("stride_dm", "stride_dn"), "c_strides": ("stride_cm", "stride_cn"),
+           "scale_strides": ("stride_sa", "stride_sb"), "mx_strides": ("stride_mxa", "stride_mxb"),
+           "batch": ("matrices", "stride_ab", "stride_bb", "stride_cb", "stride_db"),
+           "schedule": ("num_programs", "dp_tiles"), "coeffs": ("alpha", "beta")}
 _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stride_mxa", "stride_mxb", "K", "N",
           "stride_ab", "stride_bb", "stride_db")
 
@@ -52,28 +58,31 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   A_DESC="pointers" if a_mx or not tma else "stored" if layout[0] == "n" else "transposed",
                   B_DESC="pointers" if b_mx or not tma else "stored" if layout[1] == "n" else "transposed",
                   FLATTEN=flatten,
-                  D_DESC=tma_store, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch, BATCHED=batched, **unit)
-    signature = {}
-    for name in names:
+                  D_DESC=tma_store, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch, BATCHED=batched)
+    signature, attrs = {}, {}
+    constexprs = {name: value for name, value in consts.items() if name in names}
+    for i, name in enumerate(names):
         if name in consts:
             signature[name] = "constexpr"
+        elif name in _GROUPS:  # a tuple of ints (floats for coeffs): units specialised, others divisible by 16
+            signature[name] = tuple("fp32" if name == "coeffs" else "i32" for _ in _GROUPS[name])
+            for j, field in enumerate(_GROUPS[name]):
+                if unit.get(field) == 1:
+                    constexprs[(i, j)] = 1
+                elif field in _DIV16 and not ((k_tail or unaligned) and field == "K") and not (
+                        unaligned and field in ("stride_am", "stride_ak", "stride_bk", "stride_bn")):
+                    attrs[(i, j)] = [["tt.divisibility", 16]]
         elif name == "a_ptr":
             signature[name] = "*u8" if a_mx else f"*{dtype}"
         elif name == "b_ptr":
             signature[name] = "*u8" if b_mx else f"*{dtype}"
         elif name.endswith("_ptr"):
             signature[name] = _POINTERS[name]
-        elif name in ("alpha", "beta"):
-            signature[name] = "fp32"
-        elif name == "epoch":
-            signature[name] = "i64"
         else:
-            signature[name] = "i32"
-    order = list(names)
-    attrs = {(order.index(n),): [["tt.divisibility", 16]] for n in order
-             if (n.endswith("_ptr") or n in _DIV16) and n not in consts and not ((k_tail or unaligned) and n == "K")
-             and not (unaligned and n in ("stride_am", "stride_ak", "stride_bk", "stride_bn"))}
-    src = triton.compiler.ASTSource(fn=gemm_kernel, signature=signature, constexprs=consts, attrs=attrs)
+            signature[name] = "i64"  # epoch
+        if name.endswith("_ptr"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    src = triton.compiler.ASTSource(fn=gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
 
 

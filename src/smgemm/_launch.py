@@ -50,8 +50,9 @@ def tensor_args(plan: Plan, ops: Operands) -> tuple:
 
 
 def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_int64: bool) -> tuple[tuple, dict]:
-    """gemm_kernel's int arguments (signature order) and meta-parameters: functions of the shapes, strides,
-    dtypes and alignment of the operands and of the plan only, never of the data (so repeat calls reuse them).
+    """gemm_kernel's int arguments (its tuples, in signature order) and meta-parameters: functions of the shapes,
+    strides, dtypes and alignment of the operands and of the plan only, never of the data (so repeat calls reuse
+    them).
     A batched product has 3-D dense operands [batch, rows, cols] (`c` expanded to [batch, M, N]); it reads an
     operand, and writes the output, through a 3-D tensor descriptor where TMA's rules allow (`tma_mode` of one
     matrix, and a batch stride that is a positive multiple of 16 bytes; a broadcast operand, stride 0, reads through
@@ -59,28 +60,28 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     a, b, out, c, scale_a, scale_b, smid_out = ops
     cfg = plan.config
     batched = out.dim() == 3
-    batch_ints = (1, 0, 0, 0, 0)
+    batch = (1, 0, 0, 0, 0)
     if batched:  # the batch count and strides; the rest as for one [rows, cols] matrix of each
-        batch_ints = (out.shape[0], a.stride(0), b.stride(0), c.stride(0) if c is not None else 0, out.stride(0))
+        batch = (out.shape[0], a.stride(0), b.stride(0), c.stride(0) if c is not None else 0, out.stride(0))
         a, b, out, c = a[0], b[0], out[0], (c[0] if c is not None else None)
     a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
     stride_cm, stride_cn = c.stride() if c is not None else (0, 0)
     tma = cfg.tma and not (batched and (a_mx or b_mx)) and (
         a.device.type == "cpu" or device_spec(a.device).capability >= (9, 0))
-    a_mode = 0 if a_mx or not tma or not _batch_stride_ok(batch_ints[1], a, batched) else tma_mode(a)
-    b_mode = 0 if b_mx or not tma or not _batch_stride_ok(batch_ints[2], b, batched) else tma_mode(b)
+    a_mode = 0 if a_mx or not tma or not _batch_stride_ok(batch[1], a, batched) else tma_mode(a)
+    b_mode = 0 if b_mx or not tma or not _batch_stride_ok(batch[2], b, batched) else tma_mode(b)
     # TMA stores clip at the tensor's edge only to 16-byte granularity (triton-lang/triton#11583): a row whose
     # length is not a multiple of 16 bytes would spill into the memory beside a view. Such outputs use pointers.
     store_tma = (tma and cfg.tma_store and out.shape[1] * out.element_size() % 16 == 0
-                 and _batch_stride_ok(batch_ints[4], out, batched))
+                 and _batch_stride_ok(batch[4], out, batched))
     d_mode = tma_mode(out) if store_tma else 0
-    ints = (
-        out.shape[0], out.shape[1], a.shape[1],
-        *((a.data.stride(0), 1) if a_mx else a.stride()),
-        *((1, b.data.stride(0)) if b_mx else b.stride()),
-        a.scales.stride(0) if a_mx else 0, b.scales.stride(0) if b_mx else 0,
-        out.stride(0), out.stride(1), stride_cm, stride_cn, stride_sa, stride_sb, *batch_ints,
-        plan.num_programs, plan.dp_tiles,
+    ints = (  # gemm_kernel's groups: shape, the strides of A, B, D, C, the scales, the MXFP4 scales, batch, schedule
+        (out.shape[0], out.shape[1], a.shape[1]),
+        (a.data.stride(0), 1) if a_mx else tuple(a.stride()),
+        (1, b.data.stride(0)) if b_mx else tuple(b.stride()),
+        tuple(out.stride()), (stride_cm, stride_cn), (stride_sa, stride_sb),
+        (a.scales.stride(0) if a_mx else 0, b.scales.stride(0) if b_mx else 0),
+        batch, (plan.num_programs, plan.dp_tiles),
     )
     meta = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
@@ -333,15 +334,15 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
 def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher):
     grid = plan.num_programs
     if device.type != "cuda":  # the interpreter: nothing compiled, nothing to cache
-        gemm_kernel[(grid,)](*tensors, *ints, epoch(), *floats, **meta)
+        gemm_kernel[(grid,)](*tensors, *ints, epoch(), floats, **meta)
         return None
     if launcher is None:
         key = (device.index, plan, *meta.values(), ints, tuple(t.dtype for t in tensors),
                tuple(t.data_ptr() % 16 == 0 for t in tensors))
         launcher = LAUNCHERS.get(key)
         if launcher is None:  # compile (and launch)
-            return run_cached(gemm_kernel, grid, (*tensors, *ints, epoch(), *floats), meta, device.index, key,
+            return run_cached(gemm_kernel, grid, (*tensors, *ints, epoch(), floats), meta, device.index, key,
                               num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
-    launcher((*addresses(tensors), *ints, epoch(), *floats, *meta.values()),
+    launcher((*addresses(tensors), *ints, epoch(), floats, *meta.values()),
              torch._C._cuda_getCurrentRawStream(device.index))
     return launcher

@@ -163,26 +163,30 @@ def wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
 
 @triton.jit
 def k_loop(
-    a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
-    pid_m, pid_n, batch_id, iter_start, iter_end,
+    a_ptr, b_ptr, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
     MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr,
 ):
-    """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end).
+    """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end),
+    for `shape` (M, N, K) and the (row, column) strides of A [M, K] and B [K, N] (of an MXFP4 operand's packed data,
+    whose scales' rows are `mx_strides` apart).
 
     Rows and columns past M / N are wrapped (`% M`) instead of masked, so the loop's loads need no M/N mask;
     the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros.
     A_DESC / B_DESC select how a dense operand is read: "pointers", through pointers and strides; "stored", a tensor
     descriptor (TMA on Hopper) over the operand as stored, A [M, K] / B [K, N]; "transposed", a descriptor over its
     transpose, A^T [K, M] / B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past
-    the edge with zeros. BATCHED: the descriptors are 3-D, [batch, rows, cols], read at matrix `batch_id`.
+    the edge with zeros. BATCHED: the descriptors are 3-D, [batch, rows, cols], read at matrix `matrix`.
     MXFP4 operands (B_MX: B given as an [N, K/2] weight; A_MX: A stored [M, K/2]) go to `k_loop_mx`.
     INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
     bf16 -> fp32 is exact, so CPU runs of the same kernel stay trustworthy.
     """
+    M, N, K = shape
+    stride_am, stride_ak = a_strides
+    stride_bk, stride_bn = b_strides
+    stride_mxa, stride_mxb = mx_strides
     if B_MX:
         acc = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
@@ -191,7 +195,7 @@ def k_loop(
         )
     else:
         acc = k_loop_dense(
-            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, batch_id, iter_start,
+            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, matrix, iter_start,
             iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_DESC, B_DESC,
             BATCHED,
         )
@@ -199,32 +203,32 @@ def k_loop(
 
 
 @triton.jit
-def _desc_block(desc, batch_id, row, col, ROWS: tl.constexpr, COLS: tl.constexpr, BATCHED: tl.constexpr):
-    """The [ROWS, COLS] block at (row, col) of a 2-D descriptor, or of matrix batch_id of a 3-D one (BATCHED)."""
+def _desc_block(desc, matrix, row, col, ROWS: tl.constexpr, COLS: tl.constexpr, BATCHED: tl.constexpr):
+    """The [ROWS, COLS] block at (row, col) of a 2-D descriptor, or of matrix matrix of a 3-D one (BATCHED)."""
     if BATCHED:
-        return desc.load([batch_id, row, col]).reshape(ROWS, COLS)
+        return desc.load([matrix, row, col]).reshape(ROWS, COLS)
     else:
         return desc.load([row, col])
 
 
 @triton.jit
-def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, batch_id, offs_k,
+def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
                 INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
                 BATCHED: tl.constexpr):
     """acc + A[tile rows, K step it] @ B[K step it, tile cols]; MASK_K: pointer loads masked at K (the K tail)."""
     if A_DESC == "stored":
-        b_a = _desc_block(a_ptr, batch_id, pid_m * BLOCK_M, it * BLOCK_K, BLOCK_M, BLOCK_K, BATCHED)
+        b_a = _desc_block(a_ptr, matrix, pid_m * BLOCK_M, it * BLOCK_K, BLOCK_M, BLOCK_K, BATCHED)
     elif A_DESC == "transposed":
-        b_a = tl.trans(_desc_block(a_ptr, batch_id, it * BLOCK_K, pid_m * BLOCK_M, BLOCK_K, BLOCK_M, BATCHED))
+        b_a = tl.trans(_desc_block(a_ptr, matrix, it * BLOCK_K, pid_m * BLOCK_M, BLOCK_K, BLOCK_M, BATCHED))
     elif MASK_K:
         b_a = tl.load(p_a, mask=offs_k[None, :] < K - it * BLOCK_K, other=0.0)
     else:
         b_a = tl.load(p_a)
     if B_DESC == "stored":
-        b_b = _desc_block(b_ptr, batch_id, it * BLOCK_K, pid_n * BLOCK_N, BLOCK_K, BLOCK_N, BATCHED)
+        b_b = _desc_block(b_ptr, matrix, it * BLOCK_K, pid_n * BLOCK_N, BLOCK_K, BLOCK_N, BATCHED)
     elif B_DESC == "transposed":
-        b_b = tl.trans(_desc_block(b_ptr, batch_id, pid_n * BLOCK_N, it * BLOCK_K, BLOCK_N, BLOCK_K, BATCHED))
+        b_b = tl.trans(_desc_block(b_ptr, matrix, pid_n * BLOCK_N, it * BLOCK_K, BLOCK_N, BLOCK_K, BATCHED))
     elif MASK_K:
         b_b = tl.load(p_b, mask=offs_k[:, None] < K - it * BLOCK_K, other=0.0)
     else:
@@ -254,7 +258,7 @@ def _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, k0, stride_am, stride_
 
 @triton.jit
 def k_loop_dense(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, batch_id, iter_start, iter_end,
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, matrix, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_DESC: tl.constexpr, B_DESC: tl.constexpr, BATCHED: tl.constexpr,
@@ -275,7 +279,7 @@ def k_loop_dense(
         full_end = tl.minimum(iter_end, K // BLOCK_K)  # the steps before the K tail
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for it in range(iter_start, full_end):
-        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, batch_id, offs_k, BLOCK_M, BLOCK_N,
+        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k, BLOCK_M, BLOCK_N,
                           BLOCK_K, False, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED)
         if A_DESC == "pointers":
             p_a += BLOCK_K * stride_ak
@@ -285,7 +289,7 @@ def k_loop_dense(
         if full_end < iter_end:  # the K tail, masked; its pointers formed anew, so the loop's die with the loop
             t_a, t_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, full_end * BLOCK_K, stride_am,
                                        stride_ak, stride_bk, stride_bn, A_DESC, B_DESC)
-            acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, batch_id, offs_k, BLOCK_M,
+            acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, matrix, offs_k, BLOCK_M,
                               BLOCK_N, BLOCK_K, True, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED)
     return acc
 
@@ -359,24 +363,26 @@ def k_loop_mx(
 
 @triton.jit
 def epilogue(
-    acc, pid_m, pid_n, M, N,
-    d_ptr, d_desc, stride_dm, stride_dn,
-    c_ptr, stride_cm, stride_cn,
-    sa_ptr, stride_sa, sb_ptr, stride_sb,
-    alpha, beta,
+    acc, pid_m, pid_n, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, sa_ptr, sb_ptr, scale_strides, coeffs,
     HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_INT64: tl.constexpr, INTERPRETER: tl.constexpr,
-    D_DESC: tl.constexpr, batch_id=0, BATCHED: tl.constexpr = False,
+    D_DESC: tl.constexpr, matrix=0, BATCHED: tl.constexpr = False,
 ):
-    """D = alpha * (scale_a[m] * scale_b[n] * acc) + beta * C[m, n], computed in fp32, cast to D's dtype.
+    """D = alpha * (scale_a[m] * scale_b[n] * acc) + beta * C[m, n], computed in fp32, cast to D's dtype, for the
+    tile (pid_m, pid_n) of `shape` (M, N, K); (alpha, beta) = `coeffs`.
 
     C is any (M, N)-broadcastable tensor given by its strides: a bias along N has stride_cm == 0, a full
     matrix has both strides. C is not read unless HAS_C, so beta == 0 never propagates NaN from C.
     scale_a is per row (or per tensor with stride 0), scale_b per column (or per tensor).
     D_DESC: store through the tensor descriptor `d_desc` (TMA, blocks [BLOCK_M, BLOCK_N // 2], clipped at the edges)
     in two halves, so that each half's staging buffer is small (BATCHED: `d_desc` is 3-D, [batch, M, N], written at
-    matrix `batch_id`); else through `d_ptr` and the strides, masked.
+    matrix `matrix`); else through `d_ptr` and the strides, masked.
     """
+    M, N, _ = shape
+    stride_dm, stride_dn = d_strides
+    stride_cm, stride_cn = c_strides
+    stride_sa, stride_sb = scale_strides
+    alpha, beta = coeffs
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
@@ -399,8 +405,8 @@ def epilogue(
         halves = acc.to(d_ptr.dtype.element_ty).reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1)
         left, right = tl.split(halves)
         if BATCHED:
-            d_desc.store([batch_id, pid_m * BLOCK_M, pid_n * BLOCK_N], left.reshape(1, BLOCK_M, BLOCK_N // 2))
-            d_desc.store([batch_id, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2],
+            d_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N], left.reshape(1, BLOCK_M, BLOCK_N // 2))
+            d_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2],
                          right.reshape(1, BLOCK_M, BLOCK_N // 2))
         else:
             d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], left)

@@ -35,35 +35,44 @@ def _column_block(x, j: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr, 
 
 
 @triton.jit
-def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, c_ptr, d_ptr,
-          stride_ab, stride_bb, stride_cb, stride_db, GROUP_M: tl.constexpr, BATCHED: tl.constexpr,
-          A_DESC: tl.constexpr, B_DESC: tl.constexpr):
+def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, c_ptr, d_ptr, batch, GROUP_M: tl.constexpr,
+          BATCHED: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr):
     """Tile `tile_id`'s coordinates, its matrix in the batch, and the operands it reads and writes: with BATCHED,
     tile ids run batch-major over `tiles_per_batch` tiles a matrix, and the pointers move to the tile's matrix
     (descriptors are 3-D: k_loop indexes them with the matrix)."""
-    batch = 0
+    matrix = 0
     if BATCHED:
-        batch = tile_id // tiles_per_batch
+        _, stride_ab, stride_bb, stride_cb, stride_db = batch
+        matrix = tile_id // tiles_per_batch
         pid_m, pid_n = tile_coords(tile_id % tiles_per_batch, num_pid_m, num_pid_n, GROUP_M)
         if A_DESC == "pointers":
-            a_ptr += batch * stride_ab
+            a_ptr += matrix * stride_ab
         if B_DESC == "pointers":
-            b_ptr += batch * stride_bb
-        c_ptr += batch * stride_cb
-        d_ptr += batch * stride_db
+            b_ptr += matrix * stride_bb
+        c_ptr += matrix * stride_cb
+        d_ptr += matrix * stride_db
     else:
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-    return pid_m, pid_n, batch, a_ptr, b_ptr, c_ptr, d_ptr
+    return pid_m, pid_n, matrix, a_ptr, b_ptr, c_ptr, d_ptr
+
+
+@triton.jit
+def _wide(pair):
+    """A pair of strides as int64."""
+    return tl.cast(pair[0], tl.int64), tl.cast(pair[1], tl.int64)
 
 
 @triton.jit(do_not_specialize=["epoch"])
 def gemm_kernel(
     a_ptr, b_ptr, d_ptr, c_ptr, sa_ptr, sb_ptr, mxa_ptr, mxb_ptr, ws_ptr, smid_ptr,
-    M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
-    stride_dm, stride_dn, stride_cm, stride_cn, stride_sa, stride_sb,
-    batch, stride_ab, stride_bb, stride_cb, stride_db,
-    num_programs, dp_tiles, epoch, alpha, beta,
+    shape,  # (M, N, K)
+    a_strides, b_strides, d_strides, c_strides,  # (row, column) strides of A [M, K], B [K, N], D and C [M, N]
+    scale_strides,  # (stride_sa, stride_sb): of A's per-row and B's per-column scales
+    mx_strides,  # (stride_mxa, stride_mxb): the rows of an MXFP4 A's / B's e8m0 scales
+    batch,  # (matrices, stride_ab, stride_bb, stride_cb, stride_db) of a batched product
+    schedule,  # (num_programs, dp_tiles)
+    epoch,  # this launch's Stream-K id
+    coeffs,  # (alpha, beta)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
@@ -73,18 +82,20 @@ def gemm_kernel(
     MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    M, N, K = shape
+    num_programs, dp_tiles = schedule
     if USE_INT64:
         # Some operand's element offsets may pass 2^31 (the host's `_checks.needs_int64`): every stride in int64, so
         # that each offset product (rows, columns and K steps alike) and each pointer increment is formed in 64 bits.
-        stride_am, stride_ak = tl.cast(stride_am, tl.int64), tl.cast(stride_ak, tl.int64)
-        stride_bk, stride_bn = tl.cast(stride_bk, tl.int64), tl.cast(stride_bn, tl.int64)
-        stride_mxa, stride_mxb = tl.cast(stride_mxa, tl.int64), tl.cast(stride_mxb, tl.int64)
-        stride_dm, stride_dn = tl.cast(stride_dm, tl.int64), tl.cast(stride_dn, tl.int64)
-        stride_cm, stride_cn = tl.cast(stride_cm, tl.int64), tl.cast(stride_cn, tl.int64)
-        stride_sa, stride_sb = tl.cast(stride_sa, tl.int64), tl.cast(stride_sb, tl.int64)
+        a_strides, b_strides = _wide(a_strides), _wide(b_strides)
+        d_strides, c_strides = _wide(d_strides), _wide(c_strides)
+        scale_strides, mx_strides = _wide(scale_strides), _wide(mx_strides)
         if BATCHED:
-            stride_ab, stride_bb = tl.cast(stride_ab, tl.int64), tl.cast(stride_bb, tl.int64)
-            stride_cb, stride_db = tl.cast(stride_cb, tl.int64), tl.cast(stride_db, tl.int64)
+            batch = (batch[0], *_wide((batch[1], batch[2])), *_wide((batch[3], batch[4])))
+    stride_am, stride_ak = a_strides  # for the descriptors
+    stride_bk, stride_bn = b_strides
+    stride_dm = d_strides[0]
+    matrices, stride_ab, stride_bb, stride_db = batch[0], batch[1], batch[2], batch[4]
     if RECORD_SMID:
         tl.store(smid_ptr + pid, smid())
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -92,7 +103,7 @@ def gemm_kernel(
     k_iters = tl.cdiv(K, BLOCK_K)
     tiles_per_batch = num_pid_m * num_pid_n
     if BATCHED:
-        num_tiles = tiles_per_batch * batch
+        num_tiles = tiles_per_batch * matrices
     else:
         num_tiles = tiles_per_batch
     # Tensor descriptors (TMA on Hopper), built here on the device: no host work per launch. From now on a_ptr /
@@ -101,13 +112,17 @@ def gemm_kernel(
     # A batched operand's descriptor is 3-D, [batch, rows, cols], with blocks of one matrix.
     if BATCHED:
         if A_DESC == "stored":
-            a_ptr = tl.make_tensor_descriptor(a_ptr, [batch, M, K], [stride_ab, stride_am, 1], [1, BLOCK_M, BLOCK_K])
+            a_ptr = tl.make_tensor_descriptor(a_ptr, [matrices, M, K], [stride_ab, stride_am, 1],
+                                              [1, BLOCK_M, BLOCK_K])
         elif A_DESC == "transposed":
-            a_ptr = tl.make_tensor_descriptor(a_ptr, [batch, K, M], [stride_ab, stride_ak, 1], [1, BLOCK_K, BLOCK_M])
+            a_ptr = tl.make_tensor_descriptor(a_ptr, [matrices, K, M], [stride_ab, stride_ak, 1],
+                                              [1, BLOCK_K, BLOCK_M])
         if B_DESC == "stored":
-            b_ptr = tl.make_tensor_descriptor(b_ptr, [batch, K, N], [stride_bb, stride_bk, 1], [1, BLOCK_K, BLOCK_N])
+            b_ptr = tl.make_tensor_descriptor(b_ptr, [matrices, K, N], [stride_bb, stride_bk, 1],
+                                              [1, BLOCK_K, BLOCK_N])
         elif B_DESC == "transposed":
-            b_ptr = tl.make_tensor_descriptor(b_ptr, [batch, N, K], [stride_bb, stride_bn, 1], [1, BLOCK_N, BLOCK_K])
+            b_ptr = tl.make_tensor_descriptor(b_ptr, [matrices, N, K], [stride_bb, stride_bn, 1],
+                                              [1, BLOCK_N, BLOCK_K])
     else:
         if A_DESC == "stored":
             a_ptr = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
@@ -119,25 +134,23 @@ def gemm_kernel(
             b_ptr = tl.make_tensor_descriptor(b_ptr, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K])
     d_desc = d_ptr
     if D_DESC and BATCHED:
-        d_desc = tl.make_tensor_descriptor(d_ptr, [batch, M, N], [stride_db, stride_dm, 1], [1, BLOCK_M, BLOCK_N // 2])
+        d_desc = tl.make_tensor_descriptor(d_ptr, [matrices, M, N], [stride_db, stride_dm, 1],
+                                          [1, BLOCK_M, BLOCK_N // 2])
     elif D_DESC:
         d_desc = tl.make_tensor_descriptor(d_ptr, [M, N], [stride_dm, 1], [BLOCK_M, BLOCK_N // 2])
     # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
     # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
     for tile_id in tl.range(pid, dp_tiles, num_programs, flatten=FLATTEN):
-        pid_m, pid_n, batch_id, a_t, b_t, c_t, d_t = _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr,
-                                                           b_ptr, c_ptr, d_ptr, stride_ab, stride_bb, stride_cb,
-                                                           stride_db, GROUP_M, BATCHED, A_DESC, B_DESC)
+        pid_m, pid_n, matrix, a_t, b_t, c_t, d_t = _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr,
+                                                         b_ptr, c_ptr, d_ptr, batch, GROUP_M, BATCHED, A_DESC, B_DESC)
         acc = k_loop(
-            a_t, b_t, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa, stride_mxb,
-            pid_m, pid_n, batch_id, 0, k_iters,
+            a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix, 0, k_iters,
             BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
             A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED,
         )
         epilogue(
-            acc, pid_m, pid_n, M, N, d_t, d_desc, stride_dm, stride_dn, c_t, stride_cm, stride_cn,
-            sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
-            HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, batch_id, BATCHED,
+            acc, pid_m, pid_n, shape, d_t, d_desc, d_strides, c_t, c_strides, sa_ptr, sb_ptr, scale_strides, coeffs,
+            HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED,
         )
     if STREAMK:
         # Stream-K over the tiles from dp_tiles on, their K-iterations numbered tile-major from 0: program pid owns
@@ -170,13 +183,12 @@ def gemm_kernel(
             tile = (seg_end - 1) // k_iters
             tile_start = tile * k_iters
             seg_start = tl.maximum(start, tile_start)
-            pid_m, pid_n, batch_id, a_t, b_t, c_t, d_t = _tile(dp_tiles + tile, tiles_per_batch, num_pid_m,
-                                                               num_pid_n, a_ptr, b_ptr, c_ptr, d_ptr, stride_ab,
-                                                               stride_bb, stride_cb, stride_db, GROUP_M, BATCHED,
-                                                               A_DESC, B_DESC)
+            pid_m, pid_n, matrix, a_t, b_t, c_t, d_t = _tile(dp_tiles + tile, tiles_per_batch, num_pid_m, num_pid_n,
+                                                             a_ptr, b_ptr, c_ptr, d_ptr, batch, GROUP_M, BATCHED,
+                                                             A_DESC, B_DESC)
             acc = k_loop(
-                a_t, b_t, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_mxa,
-                stride_mxb, pid_m, pid_n, batch_id, seg_start - tile_start, seg_end - tile_start,
+                a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix,
+                seg_start - tile_start, seg_end - tile_start,
                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
                 A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED,
             )
@@ -188,9 +200,8 @@ def gemm_kernel(
                 tl.atomic_xchg(p_flags + pid, epoch, sem="release", scope="gpu")
             elif seg_start == tile_start:
                 epilogue(
-                    acc, pid_m, pid_n, M, N, d_t, d_desc, stride_dm, stride_dn, c_t, stride_cm, stride_cn,
-                    sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
-                    HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, batch_id,
+                    acc, pid_m, pid_n, shape, d_t, d_desc, d_strides, c_t, c_strides, sa_ptr, sb_ptr, scale_strides,
+                    coeffs, HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, matrix,
                     BATCHED,
                 )
             else:
@@ -219,8 +230,8 @@ def gemm_kernel(
                                             cache_modifier=".cg")
                     part += _column_block(acc, j, BLOCK_M, BLOCK_N // FIXUP_N, FIXUP_N)
                     epilogue(
-                        part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, M, N, d_t, d_desc, stride_dm, stride_dn,
-                        c_t, stride_cm, stride_cn, sa_ptr, stride_sa, sb_ptr, stride_sb, alpha, beta,
-                        HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N, USE_INT64, INTERPRETER, 0,
+                        part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, shape, d_t, d_desc, d_strides, c_t, c_strides,
+                        sa_ptr, sb_ptr, scale_strides, coeffs, HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N,
+                        USE_INT64, INTERPRETER, False,
                     )
             seg_end = seg_start
