@@ -59,6 +59,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   B_DESC="pointers" if b_mx or not tma else "stored" if layout[1] == "n" else "transposed",
                   FLATTEN=flatten,
                   D_DESC=tma_store, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch, BATCHED=batched)
+    absent = {"sa_ptr", "sb_ptr", "smid_ptr"} | ({"c_ptr"} - ({"c_ptr"} if has_c else set())) | (
+        set() if a_mx else {"mxa_ptr"}) | (set() if b_mx else {"mxb_ptr"}) | (set() if streamk else {"ws_ptr"})
     signature, attrs = {}, {}
     constexprs = {name: value for name, value in consts.items() if name in names}
     for i, name in enumerate(names):
@@ -76,11 +78,14 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
             signature[name] = "*u8" if a_mx else f"*{dtype}"
         elif name == "b_ptr":
             signature[name] = "*u8" if b_mx else f"*{dtype}"
+        elif name.endswith("_ptr") and name in absent:  # passed as None, as the launch passes absent operands
+            signature[name] = "constexpr"
+            constexprs[name] = None
         elif name.endswith("_ptr"):
             signature[name] = _POINTERS[name]
         else:
             signature[name] = "i64"  # epoch
-        if name.endswith("_ptr"):
+        if name.endswith("_ptr") and name not in absent:
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = triton.compiler.ASTSource(fn=gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))

@@ -32,20 +32,21 @@ class Operands(NamedTuple):
 
 
 def tensor_args(plan: Plan, ops: Operands) -> tuple:
-    """gemm_kernel's pointer arguments, in signature order (unused ones point at `out`)."""
+    """gemm_kernel's pointer arguments, in signature order (None for an absent operand: Triton compiles the kernel
+    without it)."""
     a, b, out = ops.a, ops.b, ops.out
     a_mx, b_mx = isinstance(a, MXFP4Tensor), isinstance(b, MXFP4Tensor)
     return (
         a.data if a_mx else a,
         b.data if b_mx else b,
         out,
-        ops.c if ops.c is not None else out,
-        ops.scale_a if ops.scale_a is not None else out,
-        ops.scale_b if ops.scale_b is not None else out,
-        a.scales if a_mx else out,
-        b.scales if b_mx else out,
-        workspace(plan, out.device) if plan.sk_tiles else out,
-        ops.smid_out if ops.smid_out is not None else out,
+        ops.c,
+        ops.scale_a,
+        ops.scale_b,
+        a.scales if a_mx else None,
+        b.scales if b_mx else None,
+        workspace(plan, out.device) if plan.sk_tiles else None,
+        ops.smid_out,
     )
 
 
@@ -307,10 +308,8 @@ def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, ke
 
 
 def addresses(tensors: tuple) -> tuple:
-    """`tensor_args`' tensors as device addresses, `out` (which stands in for every absent operand) read once."""
-    out = tensors[2]
-    o = out.data_ptr()
-    return tuple(o if t is out else t.data_ptr() for t in tensors)
+    """`tensor_args`' tensors as device addresses (None stays None)."""
+    return tuple(None if t is None else t.data_ptr() for t in tensors)
 
 
 def launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher=None):
@@ -337,8 +336,8 @@ def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, fl
         gemm_kernel[(grid,)](*tensors, *ints, epoch(), floats, **meta)
         return None
     if launcher is None:
-        key = (device.index, plan, *meta.values(), ints, tuple(t.dtype for t in tensors),
-               tuple(t.data_ptr() % 16 == 0 for t in tensors))
+        key = (device.index, plan, *meta.values(), ints, tuple(t is not None and t.dtype for t in tensors),
+               tuple(t is not None and t.data_ptr() % 16 == 0 for t in tensors))
         launcher = LAUNCHERS.get(key)
         if launcher is None:  # compile (and launch)
             return run_cached(gemm_kernel, grid, (*tensors, *ints, epoch(), floats), meta, device.index, key,

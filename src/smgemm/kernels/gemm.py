@@ -35,25 +35,26 @@ def _column_block(x, j: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr, 
 
 
 @triton.jit
-def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, c_ptr, d_ptr, batch, GROUP_M: tl.constexpr,
+def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, d_ptr, batch, GROUP_M: tl.constexpr,
           BATCHED: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr):
     """Tile `tile_id`'s coordinates, its matrix in the batch, and the operands it reads and writes: with BATCHED,
     tile ids run batch-major over `tiles_per_batch` tiles a matrix, and the pointers move to the tile's matrix
-    (descriptors are 3-D: k_loop indexes them with the matrix)."""
+    (descriptors are 3-D: k_loop indexes them with the matrix). C, which may be absent (None: Triton 3.6 returns no
+    None from a function), moves in the kernel."""
     matrix = 0
     if BATCHED:
-        _, stride_ab, stride_bb, stride_cb, stride_db = batch
+        _, stride_ab, stride_bb, _, stride_db = batch
         matrix = tile_id // tiles_per_batch
         pid_m, pid_n = tile_coords(tile_id % tiles_per_batch, num_pid_m, num_pid_n, GROUP_M)
         if A_DESC == "pointers":
             a_ptr += matrix * stride_ab
         if B_DESC == "pointers":
             b_ptr += matrix * stride_bb
-        c_ptr += matrix * stride_cb
         d_ptr += matrix * stride_db
     else:
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-    return pid_m, pid_n, matrix, a_ptr, b_ptr, c_ptr, d_ptr
+    return pid_m, pid_n, matrix, a_ptr, b_ptr, d_ptr
+
 
 
 @triton.jit
@@ -141,8 +142,11 @@ def gemm_kernel(
     # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
     # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
     for tile_id in tl.range(pid, dp_tiles, num_programs, flatten=FLATTEN):
-        pid_m, pid_n, matrix, a_t, b_t, c_t, d_t = _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr,
-                                                         b_ptr, c_ptr, d_ptr, batch, GROUP_M, BATCHED, A_DESC, B_DESC)
+        pid_m, pid_n, matrix, a_t, b_t, d_t = _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr,
+                                                    d_ptr, batch, GROUP_M, BATCHED, A_DESC, B_DESC)
+        c_t = c_ptr
+        if HAS_C and BATCHED:
+            c_t = c_ptr + matrix * batch[3]
         acc = k_loop(
             a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix, 0, k_iters,
             BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
@@ -183,9 +187,11 @@ def gemm_kernel(
             tile = (seg_end - 1) // k_iters
             tile_start = tile * k_iters
             seg_start = tl.maximum(start, tile_start)
-            pid_m, pid_n, matrix, a_t, b_t, c_t, d_t = _tile(dp_tiles + tile, tiles_per_batch, num_pid_m, num_pid_n,
-                                                             a_ptr, b_ptr, c_ptr, d_ptr, batch, GROUP_M, BATCHED,
-                                                             A_DESC, B_DESC)
+            pid_m, pid_n, matrix, a_t, b_t, d_t = _tile(dp_tiles + tile, tiles_per_batch, num_pid_m, num_pid_n,
+                                                        a_ptr, b_ptr, d_ptr, batch, GROUP_M, BATCHED, A_DESC, B_DESC)
+            c_t = c_ptr
+            if HAS_C and BATCHED:
+                c_t = c_ptr + matrix * batch[3]
             acc = k_loop(
                 a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix,
                 seg_start - tile_start, seg_end - tile_start,
