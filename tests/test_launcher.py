@@ -1,0 +1,104 @@
+"""The direct launch path (`_launch.Launcher`, GPU-only) checked on the CPU: gemm_kernel compiled for sm_90 and
+Triton's generated C launcher, built against a stand-in libcuda whose kernel launch fails, must accept the arguments
+exactly as `_launch` passes them (pointers as addresses or None, integers in gemm_kernel's tuples, the coefficients
+as one tuple, the meta-parameters), so that an argument-layout error shows on the CPU, not on the first GPU.
+
+The check runs in a child process (this file as a script): the suite's process runs kernels in the Triton
+interpreter, which cannot compile them."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+_FAKE_CUDA = r"""
+typedef int CUresult;
+static const char *msg = "stand-in libcuda: no device";
+CUresult cuCtxGetCurrent(void **c) { *c = 0; return 0; }
+CUresult cuCtxSetCurrent(void *c) { return 0; }
+CUresult cuDeviceGet(int *d, int o) { *d = 0; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = 0; return 0; }
+CUresult cuFuncSetAttribute(void *f, int a, int v) { return 0; }
+CUresult cuGetErrorString(CUresult e, const char **s) { *s = msg; return 0; }
+CUresult cuLaunchKernelEx(const void *config, void *f, void **params, void **extra) { return 999; }
+CUresult cuPointerGetAttribute(void *data, int attr, unsigned long long ptr) { return 0; }
+CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long ptr) { return 0; }
+"""
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def _check(streamk: bool, has_c: bool) -> None:
+    """In the child: compile, build the launcher, launch as `_launch` does."""
+    import importlib.util
+    import types
+
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    from smgemm import _launch
+    from smgemm._device import INTERPRETER_SPEC
+    from smgemm._launch import Launcher, Operands, addresses, epoch, static_args, tensor_args
+    from smgemm.plan import TileConfig, make_plan
+
+    spec = importlib.util.spec_from_file_location("compile_report", os.path.join(_ROOT, "benchmarks",
+                                                                                 "compile_report.py"))
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    kernel = report.compile_variant("bf16", (128, 128, 64), 8, 3, streamk=streamk, has_c=has_c)
+
+    class Compiled:  # what Launcher reads of a CompiledKernel
+        run, function, packed_metadata = CudaLauncher(kernel.src, kernel.metadata), 0, kernel.packed_metadata
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    launcher = Launcher(Compiled(), 132)
+    assert launcher.c_launch is not None
+    _launch._scratch = lambda size, align, stream: torch.empty(size, dtype=torch.int8)
+    m, n, k = (128, 256, 4096) if streamk else (256, 384, 512)
+    a, w = torch.randn(m, k).to(torch.bfloat16), torch.randn(n, k).to(torch.bfloat16)
+    out, c = torch.empty(m, n, dtype=torch.bfloat16), torch.randn(m, n) if has_c else None
+    plan = make_plan(m, n, k, torch.bfloat16, INTERPRETER_SPEC, schedule="streamk" if streamk else "persistent",
+                     num_sms=32 if streamk else None, config=TileConfig(128, 128, 64, num_warps=8, num_stages=3))
+    assert (plan.sk_tiles > 0) == streamk
+    ops = Operands(a, w.t(), out, c)
+    ints, meta = static_args(plan, ops, 0, 0, False)
+    tensors = tensor_args(plan, ops)
+    assert (tensors[3] is None) == (not has_c) and (tensors[8] is None) == (not streamk)
+    torch._C._cuda_getCurrentRawStream = lambda index: 0
+    try:  # the cached launch, as `_launch.launch` makes it on a GPU
+        _launch._launch_on(types.SimpleNamespace(type="cuda", index=0), plan, tensors, ints, (1.0, 0.5), meta,
+                           launcher)
+    except RuntimeError as e:  # every argument parsed, then the stand-in's launch failed
+        assert "stand-in libcuda" in str(e), e
+    else:
+        raise AssertionError("the stand-in launch cannot succeed")
+    try:  # and the launcher does check: the integers flattened out of their tuples are refused
+        launcher((*addresses(tensors), *[x for group in ints for x in group], epoch(), 1.0, 0.5, *meta.values()), 0)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("a flattened argument list was accepted")
+    print("launch arguments accepted")
+
+
+@pytest.mark.parametrize("streamk, has_c", [(False, False), (True, True)])
+def test_launcher_accepts_the_arguments_as_launch_passes_them(tmp_path, streamk, has_c):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None or torch.cuda.is_available():
+        pytest.skip("needs a C compiler, and no GPU (whose real libcuda the child would load)")
+    lib = tmp_path / "libcuda.so.1"
+    (tmp_path / "fake.c").write_text(_FAKE_CUDA)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "fake.c")], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_LIBCUDA_PATH=str(tmp_path), LD_LIBRARY_PATH=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([os.path.join(_ROOT, "src"), env.get("PYTHONPATH", "")]))
+    child = subprocess.run([sys.executable, __file__, str(int(streamk)), str(int(has_c))], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0 and "launch arguments accepted" in child.stdout, child.stdout + child.stderr
+
+
+if __name__ == "__main__":
+    _check(bool(int(sys.argv[1])), bool(int(sys.argv[2])))
