@@ -40,7 +40,7 @@ def main():
     rows.append({"call": "launch (launcher known)",
                  "us": per_call(lambda: real_launch(plan, tensors, ints, floats, meta, launcher))})
     stream = torch.cuda.current_stream().cuda_stream
-    full = (*tensors, *ints, L.epoch(), *floats, *meta.values())
+    full = (*tensors, *ints, L.epoch(), floats, *meta.values())
     addressed = (*L.addresses(tensors), *full[len(tensors):])
     rows.append({"call": "cached launcher alone (direct C launch)",
                  "us": per_call(lambda: launcher(addressed, stream))})
@@ -62,7 +62,8 @@ def main():
     rows.append({"call": "C launch, tensors", "us": per_call(lambda: run.launch(*c_head, *full))})
     ptrs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x for x in full)
     rows.append({"call": "C launch, int addresses", "us": per_call(lambda: run.launch(*c_head, *ptrs))})
-    rows.append({"call": "data_ptr() x tensors", "us": per_call(lambda: [t.data_ptr() for t in tensors])})
+    present = [t for t in tensors if t is not None]
+    rows.append({"call": "data_ptr() x tensors", "us": per_call(lambda: [t.data_ptr() for t in present])})
     rows.append({"call": "torch.matmul", "us": per_call(lambda: torch.matmul(a, b))})
     w = smgemm.quantize_mxfp4(torch.randn(64, 64, device="cuda"))
     rows.append({"call": "smgemm.linear, MXFP4 weight (fused)", "us": per_call(lambda: smgemm.linear(a, w))})
