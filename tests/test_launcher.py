@@ -14,27 +14,31 @@ import sys
 import pytest
 import torch
 
+# The driver API calls Triton's launchers (3.6: generated per kernel; 3.7+: the shared one in its driver.c) make:
+# a context that is there, an error string, and a kernel launch that fails; every other call returns 0.
 _FAKE_CUDA = r"""
 typedef int CUresult;
 static const char *msg = "stand-in libcuda: no device";
-CUresult cuCtxGetCurrent(void **c) { *c = 0; return 0; }
-CUresult cuCtxSetCurrent(void *c) { return 0; }
+CUresult cuCtxGetCurrent(void **c) { *c = (void *)1; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)1; return 0; }
 CUresult cuDeviceGet(int *d, int o) { *d = 0; return 0; }
-CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = 0; return 0; }
-CUresult cuFuncSetAttribute(void *f, int a, int v) { return 0; }
 CUresult cuGetErrorString(CUresult e, const char **s) { *s = msg; return 0; }
 CUresult cuLaunchKernelEx(const void *config, void *f, void **params, void **extra) { return 999; }
-CUresult cuPointerGetAttribute(void *data, int attr, unsigned long long ptr) { return 0; }
-CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long ptr) { return 0; }
 """
+_FAKE_OTHERS = ("cuCtxGetLimit", "cuCtxSetCurrent", "cuCtxSetLimit", "cuDeviceGetAttribute", "cuDriverGetVersion",
+                "cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuGetProcAddress",
+                "cuModuleGetFunction", "cuModuleLoadData", "cuOccupancyMaxActiveClusters", "cuPointerGetAttribute",
+                "cuPointerGetAttributes", "cuTensorMapEncodeIm2col", "cuTensorMapEncodeTiled")
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
 def _check(streamk: bool, has_c: bool) -> None:
     """In the child: compile, build the launcher, launch as `_launch` does."""
+    torch.cuda.is_available = lambda: True  # Triton 3.7+ builds its shared launcher for the active (CUDA) driver
     import importlib.util
     import types
 
+    import triton
     from triton.backends.nvidia.driver import CudaLauncher
 
     from smgemm import _launch
@@ -55,7 +59,8 @@ def _check(streamk: bool, has_c: bool) -> None:
             return lambda *args, **kwargs: None
 
     launcher = Launcher(Compiled(), 132)
-    assert launcher.c_launch is not None
+    assert launcher.c_launch is not None  # the direct path, in the convention of the installed Triton
+    assert launcher.shared == (tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 7))
     _launch._scratch = lambda size, align, stream: torch.empty(size, dtype=torch.int8)
     m, n, k = (128, 256, 4096) if streamk else (256, 384, 512)
     a, w = torch.randn(m, k).to(torch.bfloat16), torch.randn(n, k).to(torch.bfloat16)
@@ -90,7 +95,8 @@ def test_launcher_accepts_the_arguments_as_launch_passes_them(tmp_path, streamk,
     if cc is None or torch.cuda.is_available():
         pytest.skip("needs a C compiler, and no GPU (whose real libcuda the child would load)")
     lib = tmp_path / "libcuda.so.1"
-    (tmp_path / "fake.c").write_text(_FAKE_CUDA)
+    (tmp_path / "fake.c").write_text(_FAKE_CUDA + "".join(f"CUresult {name}() {{ return 0; }}\n"
+                                                         for name in _FAKE_OTHERS))
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "fake.c")], check=True)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TRITON_LIBCUDA_PATH=str(tmp_path), LD_LIBRARY_PATH=str(tmp_path),

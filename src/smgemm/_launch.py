@@ -225,26 +225,31 @@ LAUNCHERS_MAX = 1024
 
 
 class Launcher:
-    """One compiled kernel on one grid, launched with as little host work as Triton 3.6 allows.
+    """One compiled kernel on one grid, launched with as little host work as Triton allows.
 
     Triton's own per-call path (`CompiledKernel[grid](...)`: a Python runner, launch metadata, `CudaLauncher`'s
-    scratch allocation, two calls of empty hook chains) costs ~6 us of host time on the H200's host above its
-    generated C launch function, which this calls directly with the same arguments (docs/performance.md, host
-    overhead). Tensors reach that function as their device addresses: given a tensor, it would call its `data_ptr`
-    through Python and ask the driver about the address (`cuPointerGetAttribute`), once per pointer argument; the
-    checks before every launch already placed each tensor on the launch's device. The global scratch in which
-    device-built tensor descriptors live comes from PyTorch's caching allocator on the current device and stream.
-    While Triton's launch hooks are set (a profiler), and where the compiled kernel is not laid out as expected, the
-    launch goes through Triton's runner instead, with the tensors themselves.
+    scratch allocation, two calls of empty hook chains) costs ~6 us of host time on the H200's host above its C
+    launch function, which this calls directly with the same arguments (docs/performance.md, host overhead): in
+    Triton 3.6 a function generated for the kernel, taking its arguments one by one; from Triton 3.7 one shared
+    function, taking them as one sequence with the kernel's argument annotations and signature. Tensors reach it as
+    their device addresses: given a tensor, it would call its `data_ptr` through Python and ask the driver about the
+    address (`cuPointerGetAttribute`), once per pointer argument; the checks before every launch already placed each
+    tensor on the launch's device. The global scratch in which device-built tensor descriptors live comes from
+    PyTorch's caching allocator on the current device and stream. While Triton's launch hooks are set (a profiler),
+    and where the compiled kernel is laid out as neither Triton lays it out, the launch goes through Triton's runner.
     """
 
     def __init__(self, compiled, grid: int):
         self.runner = compiled[(grid, 1, 1)]
         self.grid = grid
+        self.c_launch = None
         try:
             run = compiled.run
-            direct = run.profile_scratch_size == 0 and callable(run.launch)
-            self.c_launch = run.launch if direct else None
+            if run.profile_scratch_size == 0 and callable(run.launch):
+                self.c_launch = run.launch
+                self.shared = hasattr(run, "arg_annotations") and hasattr(run, "kernel_signature")  # Triton >= 3.7
+                if self.shared:
+                    self.annotations, self.signature = run.arg_annotations, run.kernel_signature
             self.fixed = (compiled.function, run.launch_cooperative_grid, run.launch_pdl)
             self.scratch_bytes = grid * run.num_ctas * run.global_scratch_size
             self.metadata = compiled.packed_metadata
@@ -263,8 +268,12 @@ class Launcher:
                 _allocation._allocator.reset(token)
             return
         scratch = _scratch(self.scratch_bytes, 128, stream) if self.scratch_bytes else None  # alive until queued
-        self.c_launch(self.grid, 1, 1, stream, *self.fixed, scratch.data_ptr() if scratch is not None else None,
-                      None, self.metadata, None, None, None, *args)
+        address = scratch.data_ptr() if scratch is not None else None
+        if self.shared:
+            self.c_launch(self.grid, 1, 1, stream, *self.fixed, self.metadata, None, None, None, address, None,
+                          self.annotations, self.signature, args)
+        else:
+            self.c_launch(self.grid, 1, 1, stream, *self.fixed, address, None, self.metadata, None, None, None, *args)
 
 
 def _hooked(hook) -> bool:
