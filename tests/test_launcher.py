@@ -80,12 +80,14 @@ def _check(streamk: bool, has_c: bool) -> None:
         assert "stand-in libcuda" in str(e), e
     else:
         raise AssertionError("the stand-in launch cannot succeed")
-    try:  # and the launcher does check: the integers flattened out of their tuples are refused
-        launcher((*addresses(tensors), *[x for group in ints for x in group], epoch(), 1.0, 0.5, *meta.values()), 0)
-    except TypeError:
-        pass
-    else:
-        raise AssertionError("a flattened argument list was accepted")
+    assert launcher.c_launch is not None  # still the direct path
+    # The C function does check: the integers flattened out of their tuples are refused (TypeError, nothing
+    # launched), and the launcher goes to Triton's runner from then on.
+    runner_calls = []
+    launcher.runner = lambda *args, **kwargs: runner_calls.append(args)
+    flat = (*addresses(tensors), *[x for group in ints for x in group], epoch(), 1.0, 0.5, *meta.values())
+    launcher(flat, 0)
+    assert launcher.c_launch is None and runner_calls == [flat]
     print("launch arguments accepted")
 
 

@@ -236,7 +236,9 @@ class Launcher:
     address (`cuPointerGetAttribute`), once per pointer argument; the checks before every launch already placed each
     tensor on the launch's device. The global scratch in which device-built tensor descriptors live comes from
     PyTorch's caching allocator on the current device and stream. While Triton's launch hooks are set (a profiler),
-    and where the compiled kernel is laid out as neither Triton lays it out, the launch goes through Triton's runner.
+    and where the compiled kernel is laid out as neither Triton lays it out or its launch function refuses the
+    arguments (a TypeError, raised before anything is launched: another Triton), launches go through Triton's runner
+    (tests/test_launcher.py checks both conventions on the CPU).
     """
 
     def __init__(self, compiled, grid: int):
@@ -269,11 +271,16 @@ class Launcher:
             return
         scratch = _scratch(self.scratch_bytes, 128, stream) if self.scratch_bytes else None  # alive until queued
         address = scratch.data_ptr() if scratch is not None else None
-        if self.shared:
-            self.c_launch(self.grid, 1, 1, stream, *self.fixed, self.metadata, None, None, None, address, None,
-                          self.annotations, self.signature, args)
-        else:
-            self.c_launch(self.grid, 1, 1, stream, *self.fixed, address, None, self.metadata, None, None, None, *args)
+        try:
+            if self.shared:
+                self.c_launch(self.grid, 1, 1, stream, *self.fixed, self.metadata, None, None, None, address, None,
+                              self.annotations, self.signature, args)
+            else:
+                self.c_launch(self.grid, 1, 1, stream, *self.fixed, address, None, self.metadata, None, None, None,
+                              *args)
+        except TypeError:  # a Triton whose launch function parses other arguments (nothing was launched): its runner
+            self.c_launch = None
+            self(args, stream)
 
 
 def _hooked(hook) -> bool:
