@@ -1,6 +1,7 @@
 """The package's shape: one-way layers, no import cycle, the tools above the library, a CLI that validates."""
 
 import ast
+import os
 import pathlib
 import subprocess
 import sys
@@ -126,3 +127,17 @@ def test_tune_runs_every_dtype_given(tmp_path, monkeypatch):
     monkeypatch.setattr("smgemm.tools.tune.tune", lambda shapes, dtype, **kw: seen.append(dtype) or [])
     assert cli.main(["tune", "--shapes", "16x32x32", "--dtype", "bf16,fp16", "--out", str(tmp_path / "t.json")]) == 0
     assert [str(d) for d in seen] == ["torch.bfloat16", "torch.float16"]
+
+
+def test_every_benchmark_script_runs_with_help():
+    # the calibration sweeps stay runnable: each parses its options (and imports what it uses) without a GPU
+    folder = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+    scripts = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(folder, "..", "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    children = [(s, subprocess.Popen([sys.executable, os.path.join(folder, s), "--help"], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for s in scripts]
+    for script, child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0 and "usage:" in out, f"{script}: {err[-2000:]}"
+    assert len(children) >= 10
