@@ -58,6 +58,28 @@ def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, d_ptr, b
 
 
 @triton.jit
+def _descriptor(ptr, rows, cols, stride_r, stride_c, matrices, stride_batch, BLOCK_R: tl.constexpr,
+                BLOCK_C: tl.constexpr, MODE: tl.constexpr, BATCHED: tl.constexpr):
+    """What k_loop reads an operand [rows, cols] through: a tensor descriptor over it as stored (MODE "stored",
+    row-major) or over its transpose ("transposed", a column-major operand), 3-D over the batch with blocks of one
+    matrix when BATCHED; for "pointers" the pointer itself."""
+    if MODE == "stored":
+        if BATCHED:
+            return tl.make_tensor_descriptor(ptr, [matrices, rows, cols], [stride_batch, stride_r, 1],
+                                             [1, BLOCK_R, BLOCK_C])
+        else:
+            return tl.make_tensor_descriptor(ptr, [rows, cols], [stride_r, 1], [BLOCK_R, BLOCK_C])
+    elif MODE == "transposed":
+        if BATCHED:
+            return tl.make_tensor_descriptor(ptr, [matrices, cols, rows], [stride_batch, stride_c, 1],
+                                             [1, BLOCK_C, BLOCK_R])
+        else:
+            return tl.make_tensor_descriptor(ptr, [cols, rows], [stride_c, 1], [BLOCK_C, BLOCK_R])
+    else:
+        return ptr
+
+
+@triton.jit
 def _wide(pair):
     """A pair of strides as int64."""
     return tl.cast(pair[0], tl.int64), tl.cast(pair[1], tl.int64)
@@ -110,29 +132,8 @@ def gemm_kernel(
     # Tensor descriptors (TMA on Hopper), built here on the device: no host work per launch. From now on a_ptr /
     # b_ptr are what k_loop reads through (a pointer or a descriptor, per A_DESC / B_DESC); d_desc is used only
     # when D_DESC. The host checked TMA's rules (16-byte aligned base and row stride, unit last stride).
-    # A batched operand's descriptor is 3-D, [batch, rows, cols], with blocks of one matrix.
-    if BATCHED:
-        if A_DESC == "stored":
-            a_ptr = tl.make_tensor_descriptor(a_ptr, [matrices, M, K], [stride_ab, stride_am, 1],
-                                              [1, BLOCK_M, BLOCK_K])
-        elif A_DESC == "transposed":
-            a_ptr = tl.make_tensor_descriptor(a_ptr, [matrices, K, M], [stride_ab, stride_ak, 1],
-                                              [1, BLOCK_K, BLOCK_M])
-        if B_DESC == "stored":
-            b_ptr = tl.make_tensor_descriptor(b_ptr, [matrices, K, N], [stride_bb, stride_bk, 1],
-                                              [1, BLOCK_K, BLOCK_N])
-        elif B_DESC == "transposed":
-            b_ptr = tl.make_tensor_descriptor(b_ptr, [matrices, N, K], [stride_bb, stride_bn, 1],
-                                              [1, BLOCK_N, BLOCK_K])
-    else:
-        if A_DESC == "stored":
-            a_ptr = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
-        elif A_DESC == "transposed":
-            a_ptr = tl.make_tensor_descriptor(a_ptr, [K, M], [stride_ak, 1], [BLOCK_K, BLOCK_M])
-        if B_DESC == "stored":
-            b_ptr = tl.make_tensor_descriptor(b_ptr, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
-        elif B_DESC == "transposed":
-            b_ptr = tl.make_tensor_descriptor(b_ptr, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K])
+    a_ptr = _descriptor(a_ptr, M, K, stride_am, stride_ak, matrices, stride_ab, BLOCK_M, BLOCK_K, A_DESC, BATCHED)
+    b_ptr = _descriptor(b_ptr, K, N, stride_bk, stride_bn, matrices, stride_bb, BLOCK_K, BLOCK_N, B_DESC, BATCHED)
     d_desc = d_ptr
     if D_DESC and BATCHED:
         d_desc = tl.make_tensor_descriptor(d_ptr, [matrices, M, N], [stride_db, stride_dm, 1],
