@@ -72,6 +72,7 @@ def _layer_worker(rank: int, world: int, port: int, chunks: int) -> None:
         part = matmul_reduce_scatter(want, b, chunks=3)  # every rank the same a: the sum is world * a @ b
         mine = want[rank * 4:(rank + 1) * 4].double()
         _close(part, world * (mine @ b.double()), world * (mine.abs() @ b.double().abs()), "matmul_reduce_scatter")
+        dist.barrier()  # no rank tears the group down while another's collectives are still in flight
     finally:
         dist.destroy_process_group()
 
@@ -159,6 +160,7 @@ def _dtensor_worker(rank: int, world: int, port: int) -> None:
         got = smgemm.bmm(*(distribute_tensor(t.half(), mesh, [Shard(0)]) for t in (a, b)))
         assert got.placements == (Shard(0),)
         _close(got.full_tensor(), a.double() @ b.double(), a.double().abs() @ b.double().abs(), "dtensor bmm")
+        dist.barrier()  # no rank tears the group down while another's collectives are still in flight
     finally:
         dist.destroy_process_group()
 

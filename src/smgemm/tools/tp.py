@@ -91,7 +91,9 @@ def _join(rank: int, world: int, port: int) -> tuple[bool, torch.device, torch.d
 
 
 def _report(rank: int, rows: list[dict[str, object]], column: str, queue) -> None:
-    """Rank 0 hands its rows to the parent, each with its speed-up over the first row in `column`."""
+    """Rank 0 hands its rows to the parent, each with its speed-up over the first row in `column`, once every rank
+    is done (no rank then tears the group down while another's collectives are in flight)."""
+    dist.barrier()
     if rank == 0:
         for r in rows:
             r[column] = rows[0]["ms"] / r["ms"]
