@@ -15,8 +15,11 @@ import smgemm
 from smgemm.tools.attention import cache_bytes, decode_attention, paged_cache, reference_attention
 from smgemm.tools.timing import environment, event_ms, int_list, table
 
-# (programs an SM, stages, warps)
-CONFIGS = [(1, 4, 4), (1, 6, 4), (2, 3, 4), (2, 4, 4), (2, 3, 8), (3, 3, 4), (4, 2, 4)]
+# (programs an SM, stages, warps). With 1 or 2 warps a page's softmax needs fewer cross-warp exchanges (sm_90 SASS a
+# page: 4 warps 262 instructions a thread with 10 barriers, 2 warps 373 with 10, 1 warp 612 with 3), so its chain
+# may be shorter; shared memory still holds 3 programs of 3 stages (71 KB each) or 5 of 2.
+CONFIGS = [(1, 4, 4), (1, 6, 4), (2, 3, 4), (2, 4, 4), (2, 3, 8), (3, 3, 4), (4, 2, 4), (3, 3, 2), (5, 2, 2), (3, 3, 1),
+           (5, 2, 1)]
 
 
 def main():
