@@ -17,7 +17,7 @@ import smgemm
 from smgemm.tools.attention import PARTITION_PROGRAMS_PER_SM, decode_attention, paged_cache
 from smgemm.tools.timing import event_ms
 
-gemm_sms = int(sys.argv[1]) if len(sys.argv) > 1 else 104
+gemm_sms = int(sys.argv[1]) if len(sys.argv) > 1 else 80
 gemm_part, attn_part = smgemm.SMPartition.split(gemm_sms)  # the GEMM's share, and every other SM for attention
 print(gemm_part, attn_part, sep="\n")
 
