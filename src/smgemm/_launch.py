@@ -171,9 +171,10 @@ def stage(tensors: list[torch.Tensor], budget: int) -> list[torch.Tensor]:
     tiles = sum(-(-src.shape[0] // opts["block_r"]) * -(-src.shape[1] // opts["block_c"]) for src, _ in views)
     grid = tiles if whole else max(1, min(tiles, budget))
     args = []
-    for i, (src, dst) in enumerate(views * (3 - len(views))):  # one tensor: the second operand, itself, has no rows
-        args += [src, dst, src.shape[0] if i < len(views) else 0, src.shape[1], src.stride(0), src.stride(1),
-                 dst.stride(0)]
+    for src, dst in views:
+        args += [src, dst, src.shape[0], src.shape[1], src.stride(0), src.stride(1), dst.stride(0)]
+    if len(views) == 1:  # the kernel's second operand: the first again, with no rows
+        args += [*args[:2], 0, *args[3:7]]
     args.append(grid)
     meta = dict(BLOCK_R=opts["block_r"], BLOCK_C=opts["block_c"])
     if device.type != "cuda":

@@ -56,7 +56,6 @@ def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, d_ptr, b
     return pid_m, pid_n, matrix, a_ptr, b_ptr, d_ptr
 
 
-
 @triton.jit
 def _descriptor(ptr, rows, cols, stride_r, stride_c, matrices, stride_batch, BLOCK_R: tl.constexpr,
                 BLOCK_C: tl.constexpr, MODE: tl.constexpr, BATCHED: tl.constexpr):
@@ -117,7 +116,6 @@ def gemm_kernel(
             batch = (batch[0], *_wide((batch[1], batch[2])), *_wide((batch[3], batch[4])))
     stride_am, stride_ak = a_strides  # for the descriptors
     stride_bk, stride_bn = b_strides
-    stride_dm = d_strides[0]
     matrices, stride_ab, stride_bb, stride_db = batch[0], batch[1], batch[2], batch[4]
     if RECORD_SMID:
         tl.store(smid_ptr + pid, smid())
@@ -135,11 +133,9 @@ def gemm_kernel(
     a_ptr = _descriptor(a_ptr, M, K, stride_am, stride_ak, matrices, stride_ab, BLOCK_M, BLOCK_K, A_DESC, BATCHED)
     b_ptr = _descriptor(b_ptr, K, N, stride_bk, stride_bn, matrices, stride_bb, BLOCK_K, BLOCK_N, B_DESC, BATCHED)
     d_desc = d_ptr
-    if D_DESC and BATCHED:
-        d_desc = tl.make_tensor_descriptor(d_ptr, [matrices, M, N], [stride_db, stride_dm, 1],
-                                          [1, BLOCK_M, BLOCK_N // 2])
-    elif D_DESC:
-        d_desc = tl.make_tensor_descriptor(d_ptr, [M, N], [stride_dm, 1], [BLOCK_M, BLOCK_N // 2])
+    if D_DESC:  # stored in two halves a tile
+        d_desc = _descriptor(d_ptr, M, N, d_strides[0], d_strides[1], matrices, stride_db, BLOCK_M, BLOCK_N // 2,
+                             "stored", BATCHED)
     # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
     # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
     for tile_id in tl.range(pid, dp_tiles, num_programs, flatten=FLATTEN):
