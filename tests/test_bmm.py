@@ -121,13 +121,13 @@ def test_bmm_compiles_without_graph_breaks(device):
 @pytest.mark.parametrize("num_sms", [3, 32, 66])
 @pytest.mark.parametrize("schedule", ["auto", "persistent", "streamk"])
 def test_batched_sm_budget_is_observed(num_sms, schedule):
-    from smgemm._gemm import gemm_batched
+    from smgemm._gemm import gemm
 
     a, b = randn((8, 512, 1024), torch.bfloat16, "cuda"), randn((8, 1024, 512), torch.bfloat16, "cuda")
     plan = smgemm.make_plan(512, 512, 1024, torch.bfloat16, device_spec(a.device), schedule=schedule,
                             num_sms=num_sms, batch=8)
     smids = torch.full((plan.num_programs,), -1, dtype=torch.int32, device="cuda")
-    out = gemm_batched(a, b, schedule=schedule, num_sms=num_sms, smid_out=smids)
+    out = gemm(a, b, schedule=schedule, num_sms=num_sms, smid_out=smids)
     torch.cuda.synchronize()
     seen = set(smids.tolist())
     assert -1 not in seen and len(seen) <= num_sms and plan.num_programs <= num_sms

@@ -199,15 +199,21 @@ class CheckedBatch(NamedTuple):
     c: torch.Tensor | None  # input expanded to [batch, M, N], None when not read
 
 
-def check_bmm(a, b, c, beta, out, out_dtype) -> CheckedBatch:
-    """Every check of a batched product a [B, M, K] @ b [B, K, N] that needs no data; `c` broadcasts to
-    [B, M, N] (as torch.baddbmm's input)."""
+def check_batched_dims(a, b) -> None:
+    """a and b are tensors of 3 dimensions (the batched entry points call this before `gemm`, which treats a 2-D
+    pair as a plain product)."""
     check_tensor("a", a)
     check_tensor("b", b)
     if a.dim() != 3:
         raise ValueError(f"a must be 3-D (B, M, K), got shape {tuple(a.shape)}")
     if b.dim() != 3:
         raise ValueError(f"b must be 3-D (B, K, N), got shape {tuple(b.shape)}")
+
+
+def check_bmm(a, b, c, beta, out, out_dtype) -> CheckedBatch:
+    """Every check of a batched product a [B, M, K] @ b [B, K, N] that needs no data; `c` broadcasts to
+    [B, M, N] (as torch.baddbmm's input)."""
+    check_batched_dims(a, b)
     (batch, m, k), (bb, kb, n) = a.shape, b.shape
     if batch != bb:
         raise ValueError(f"a and b must have the same batch size, got {batch} and {bb}")

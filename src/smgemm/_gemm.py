@@ -62,8 +62,10 @@ def gemm(
 ) -> torch.Tensor:
     """alpha * (scale_a * scale_b * (a @ b)) + beta * c, written to `out` (allocated when None).
 
-    `config` forces a tile configuration (tests, tuning); `smid_out` (int32, at least grid-size elements) receives
-    the SM id each program ran on (GPU only).
+    A 3-D `a` or `b` makes the call batched: `b` is then [B, K, N], `c` broadcasts to [B, M, N], no scales, and
+    the tiles of all B products share one launch whose grid obeys `num_sms` across the whole batch (one persistent or
+    Stream-K schedule). `config` forces a tile configuration (tests, tuning); `smid_out` (int32, at least grid-size
+    elements) receives the SM id each program ran on (GPU only).
     """
     key = None
     if out is None and smid_out is None and alpha != 0:
@@ -74,62 +76,30 @@ def gemm(
 
     check_call(schedule, num_sms, alpha, beta)
     a, b, c, scale_a, scale_b = (resolve_neg(t) for t in (a, b, c, scale_a, scale_b))
-    m, k, n, out_dtype, c, stride_sa, stride_sb = check_gemm(a, b, c, beta, out, out_dtype, scale_a, scale_b)
+    if getattr(a, "ndim", 2) == 3 or getattr(b, "ndim", 2) == 3:
+        for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+            if scale is not None:
+                raise ValueError(f"{name} is for fp8 2-D products; a batched product takes none")
+        batch, m, k, n, out_dtype, c = check_bmm(a, b, c, beta, out, out_dtype)
+        shape, stride_sa, stride_sb = (batch, m, n), 0, 0
+    else:
+        m, k, n, out_dtype, c, stride_sa, stride_sb = check_gemm(a, b, c, beta, out, out_dtype, scale_a, scale_b)
+        batch, shape = 1, (m, n)
     check_backend(a.device)
-    out = _output(out, c, [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)], (m, n), out_dtype,
+    out = _output(out, c, [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)], shape, out_dtype,
                   a.device)
-    if m == 0 or n == 0:
-        return out
-    if k == 0 or alpha == 0:
-        return _empty_product(out, c, beta)
-
-    spec = device_spec(a.device)
-    tuned = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) if config is None else None
-    plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
-                  tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned,
-                  operands=((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))))
-    ops = staged(plan, Operands(a, b, out, c, scale_a, scale_b, smid_out))
-    ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(ops.a, ops.b, out, c, scale_a, scale_b))
-    return _finish(key, plan, ops, ints, meta, alpha, beta)
-
-
-def gemm_batched(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    *,
-    c: torch.Tensor | None = None,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    out: torch.Tensor | None = None,
-    out_dtype: torch.dtype | None = None,
-    schedule: str = "auto",
-    num_sms: int | None = None,
-    config: TileConfig | None = None,
-    smid_out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """alpha * a[i] @ b[i] + beta * c[i] for every i of a [B, M, K] and b [B, K, N], in one launch whose grid obeys
-    `num_sms` across the whole batch (the tiles of all B products share one persistent or Stream-K schedule).
-    `config` and `smid_out` as for `gemm`."""
-    key = None
-    if out is None and smid_out is None and alpha != 0:
-        key = _signature("gemm_batched", a, b, c, beta, out_dtype, None, None, schedule, num_sms, config)
-        repeated = _repeat_call(key, a, b, c, None, None, alpha, beta)
-        if repeated is not None:
-            return repeated
-    check_call(schedule, num_sms, alpha, beta)
-    a, b, c = (resolve_neg(t) for t in (a, b, c))
-    batch, m, k, n, out_dtype, c = check_bmm(a, b, c, beta, out, out_dtype)
-    check_backend(a.device)
-    out = _output(out, c, [("a", a), ("b", b)], (batch, m, n), out_dtype, a.device)
     if batch == 0 or m == 0 or n == 0:
         return out
     if k == 0 or alpha == 0:
         return _empty_product(out, c, beta)
+
     spec = device_spec(a.device)
+    tuned = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) if config is None and batch == 1 else None
     plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
-                  tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, batch=batch)
-    ops = Operands(a, b, out, c, smid_out=smid_out)
-    ints, meta = static_args(plan, ops, 0, 0, needs_int64(a, b, out, c))
+                  tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned, batch=batch,
+                  operands=((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))) if batch == 1 else None)
+    ops = staged(plan, Operands(a, b, out, c, scale_a, scale_b, smid_out))
+    ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(ops.a, ops.b, out, c, scale_a, scale_b))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
-from ._checks import check_bmm, check_gemm, check_knobs, check_mxfp4
-from ._gemm import gemm, gemm_batched, gemm_mxfp4
+from ._checks import check_batched_dims, check_bmm, check_gemm, check_knobs, check_mxfp4
+from ._gemm import gemm, gemm_mxfp4
 from .mxfp4 import MXFP4Tensor
 
 _FP8 = torch.float8_e4m3fn
@@ -208,7 +208,8 @@ def bmm_op(
     num_sms: int | None,
 ) -> torch.Tensor:
     """alpha * a[i] @ b[i] + beta * c[i], a [B, M, K], b [B, K, N], c broadcastable to [B, M, N]; one launch."""
-    return gemm_batched(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
+    check_batched_dims(a, b)
+    return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
 
 
 @bmm_op.register_fake

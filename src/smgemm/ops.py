@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import torch
 
 from . import _library
-from ._checks import check_bmm, check_call, check_gemm, check_knobs, check_mxfp4
-from ._gemm import gemm, gemm_batched, gemm_mxfp4
+from ._checks import check_batched_dims, check_bmm, check_call, check_gemm, check_knobs, check_mxfp4
+from ._gemm import gemm, gemm_mxfp4
 from .mxfp4 import MXFP4Tensor
 
 
@@ -304,6 +304,7 @@ def _run_batched(a, b, *, c=None, alpha=1.0, beta=1.0, out=None, out_dtype=None,
                  num_sms=None) -> torch.Tensor:
     """bmm / baddbmm: check the knobs, resolve defaults, then the kernel directly or the custom op."""
     check_call(schedule, num_sms, alpha, beta, out_dtype)
+    check_batched_dims(a, b)
     schedule, num_sms = _resolve(schedule, num_sms)
     a, b, c = _autocast(a, b, c)
     if out is not None:
@@ -312,12 +313,12 @@ def _run_batched(a, b, *, c=None, alpha=1.0, beta=1.0, out=None, out_dtype=None,
                                "argument requires grad; call without out= (or under torch.no_grad())")
         if _via_dispatcher(a, b, c, out):
             raise RuntimeError("smgemm.bmm / baddbmm with out= run eagerly only (not traced, not under torch modes)")
-        return gemm_batched(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, schedule=schedule,
-                            num_sms=num_sms)
+        return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, schedule=schedule,
+                    num_sms=num_sms)
     if _via_dispatcher(a, b, c):
         check_bmm(a, b, c, beta, None, out_dtype)  # as the eager path does, before the op
         return _library.call_bmm(a, b, c, float(alpha), float(beta), out_dtype, schedule, num_sms)
-    return gemm_batched(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
+    return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
 
 
 def bmm(
