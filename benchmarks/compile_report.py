@@ -46,7 +46,7 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
-                    mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False):
+                    mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp"):
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -54,7 +54,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
     consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=not k_tail, HAS_C=has_c,
                   HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=False,
                   STREAMK=streamk, FIXUP_N=fixup_columns(TileConfig(*tile, num_warps=warps)), FLAG_LANES=32 * warps,
-                  RECORD_SMID=False, A_MX=a_mx, B_MX=b_mx, MX_FP16=False,
+                  RECORD_SMID=False, A_MX="ocp" if a_mx else "", B_MX=mx_layout if b_mx else "", MX_FP16=False,
                   A_DESC="pointers" if a_mx or not tma else "stored" if layout[0] == "n" else "transposed",
                   B_DESC="pointers" if b_mx or not tma else "stored" if layout[1] == "n" else "transposed",
                   FLATTEN=flatten,
@@ -142,6 +142,7 @@ def main():
     p.add_argument("--layout", default="nt", help="A then B: n as stored, t transposed (nt: an nn.Linear weight)")
     p.add_argument("--mx-swap", action="store_true")
     p.add_argument("--mx-prefetch", action="store_true")
+    p.add_argument("--mx-layout", default="ocp", help="the MXFP4 weight's byte layout: ocp or hopper")
     p.add_argument("--ptx", action="store_true", help="print the PTX")
     p.add_argument("--sass", action="store_true", help="the K loop's instruction mix (per thread, per K step)")
     p.add_argument("--ttgir", action="store_true", help="print the TTGIR")
@@ -155,13 +156,15 @@ def main():
                              a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
                              tma_store=args.tma_store, layout=args.layout,
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,
-                             k_tail=args.k_tail or args.unaligned, unaligned=args.unaligned)
+                             k_tail=args.k_tail or args.unaligned, unaligned=args.unaligned,
+                             mx_layout=args.mx_layout)
     if args.ptx:
         print(kernel.asm["ptx"])
     if args.ttgir:
         print(kernel.asm["ttgir"])
     print(f"{args.dtype} {tile} w{args.warps} s{args.stages} streamk={args.streamk} mx=({args.a_mx},{args.b_mx}): "
-          f"{args.layout} tma={args.tma} flatten={args.flatten} store={args.tma_store} k_tail={args.k_tail}: "
+          f"{args.layout} mx_layout={args.mx_layout} tma={args.tma} flatten={args.flatten} store={args.tma_store} "
+          f"k_tail={args.k_tail}: "
           f"shared {kernel.metadata.shared} B; "
           f"warps {kernel.metadata.num_warps}; {ptxas_report(kernel)}")
     if args.sass:

@@ -28,6 +28,7 @@ def main():
     p.add_argument("--variants", required=True, help="semicolon list of variants")
     p.add_argument("--both", action="store_true", help="MXFP4 activations too")
     p.add_argument("--num-sms", type=int, default=None)
+    p.add_argument("--layout", default="ocp", help="the weight's byte layout (smgemm.mxfp4.LAYOUTS): ocp or hopper")
     p.add_argument("--expand", choices=("auto", "on", "off"), default="auto",
                    help="the planner row's MXFP4 path: as planned, or forced to two passes (on) or fused (off)")
     p.add_argument("--expand-blocks", default="",
@@ -50,7 +51,7 @@ def main():
         m, n, k = (int(v) for v in shape.split("x"))
         sets = []
         for _ in range(max(1, min(16, math.ceil(256e6 / (n * k * 2))))):
-            w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"))
+            w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"), layout=args.layout)
             x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             xq = smgemm.quantize_mxfp4(x.float()) if args.both else x
             sets.append(((xq, w), ((xq.dequantize(torch.bfloat16) if args.both else x), w.dequantize().t())))
@@ -64,7 +65,7 @@ def main():
             return rel_err(fn(*ours[0]), ref), time_rotating(fn, ours)
 
         expand = {"on": True, "off": False}.get(args.expand, mx_expands(m, n, k, args.both))
-        label = describe_mx(m, n, k, spec, expand, args.num_sms) + f" (planner, expand {args.expand})"
+        label = describe_mx(m, n, k, spec, expand, args.num_sms, args.layout) + f" (planner, expand {args.expand})"
         rows += sweep_shape(shape, 2 * m * n * k, label, args.variants, run,
                             time_rotating(torch.matmul, peer))
         del sets, ours, peer

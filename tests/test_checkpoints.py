@@ -28,6 +28,24 @@ def test_mxfp4_linear_state_dict_round_trips_exactly(tmp_path, device):
         assert torch.equal(fresh(x), layer(x))
 
 
+@pytest.mark.parametrize("in_features,layout", [(128, "hopper"), (96, "ocp")])
+def test_mxfp4_linear_stores_the_fast_layout_and_saves_the_interchange_one(in_features, layout, device):
+    dense = torch.nn.Linear(in_features, 24).to(device).bfloat16()
+    layer = MXFP4Linear.from_linear(dense)
+    assert layer.layout == layout and layer.weight.layout == layout
+    ocp = smgemm.quantize_mxfp4(dense.weight.detach())
+    assert torch.equal(layer.state_dict()["weight_data"], ocp.data)  # checkpoints hold the ocp bytes
+    assert torch.equal(layer.weight_data, ocp.to_layout(layout).data)
+    other = MXFP4Linear.empty(in_features, 24, device=device, layout="ocp")
+    other.load_state_dict(layer.state_dict())  # either layout loads the same checkpoint
+    x = torch.randn(3, in_features, device=device).bfloat16()
+    with torch.no_grad():
+        assert torch.equal(other(x), layer(x))
+    fresh = MXFP4Linear.empty(in_features, 24, device=device)
+    fresh.load_state_dict(other.state_dict())
+    assert fresh.layout == layout and torch.equal(fresh.weight_data, layer.weight_data)
+
+
 @pytest.mark.parametrize("fmt", ["torch", "safetensors"])
 def test_a_swapped_model_reloads_without_quantizing(fmt, tmp_path, device, monkeypatch):
     model = tiny_llama(device)

@@ -111,3 +111,33 @@ def test_leading_dims_and_errors():
         MXFP4Tensor(torch.zeros(4, 32, dtype=torch.uint8), torch.zeros(4, 3, dtype=torch.uint8))
     with pytest.raises(TypeError, match="must be a uint8 tensor"):
         MXFP4Tensor(torch.zeros(4, 16), torch.zeros(4, 1, dtype=torch.uint8))
+
+
+def test_hopper_layout_permutes_bytes_within_groups_and_round_trips():
+    """'hopper' byte 16 t + j of every 64-byte group is 'ocp' byte 4 j + t; both directions exact, values equal."""
+    q = quantize_mxfp4(torch.randn(3, 2, 384) * 5)
+    h = q.to_layout("hopper")
+    assert h.layout == "hopper" and h.scales is q.scales and h.shape == q.shape
+    ocp = q.data.reshape(-1, 192)
+    stored = h.data.reshape(-1, 192)
+    for group in range(3):
+        for t in range(4):
+            for j in range(16):
+                assert torch.equal(stored[:, 64 * group + 16 * t + j], ocp[:, 64 * group + 4 * j + t])
+    assert torch.equal(h.to_layout("ocp").data, q.data) and h.to_layout("hopper") is h
+    assert torch.equal(h.dequantize(torch.float32), q.dequantize(torch.float32))
+    direct = quantize_mxfp4(torch.randn(5, 256), layout="hopper")
+    assert direct.layout == "hopper"
+    assert torch.equal(direct.to_layout("ocp").data, quantize_mxfp4(direct.dequantize(torch.float32)).data)
+
+
+def test_hopper_layout_needs_k_multiple_of_128():
+    q = quantize_mxfp4(torch.randn(4, 96))
+    with pytest.raises(ValueError, match="multiple of 128, got K = 96"):
+        q.to_layout("hopper")
+    with pytest.raises(ValueError, match="multiple of 128"):
+        MXFP4Tensor(q.data, q.scales, "hopper")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        q.to_layout("blackwell")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        quantize_mxfp4(torch.randn(4, 128), layout="nope")

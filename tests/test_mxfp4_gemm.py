@@ -75,6 +75,40 @@ def test_kernel_variants(swap, prefetch, both, device):
     assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
+@pytest.mark.parametrize("m", [1, 16, 40])
+@pytest.mark.parametrize("schedule,num_sms", [("auto", None), ("data_parallel", None), ("streamk", 3)])
+def test_hopper_layout_weight(m, schedule, num_sms, device):
+    """A weight in the 'hopper' byte layout through the planner's tiles (swapped, register-operand path on the GPU):
+    K with a tail of whole 128-element groups, N past the tile, bias and alpha; MXFP4 activations too (a hopper
+    weight with ocp activations and the reverse)."""
+    n, k = 70, 384  # 256-element K steps: one full step and a masked half step
+    x = randn((m, k), torch.bfloat16, device)
+    w = _weight(n, k, device).to_layout("hopper")
+    bias = randn((n,), torch.bfloat16, device)
+    out = gemm_mxfp4(x, w, c=bias, alpha=0.5, schedule=schedule, num_sms=num_sms)
+    assert_gemm_close(out, x, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
+    if m == 16:
+        xq = quantize_mxfp4(x.float(), layout="hopper")
+        for a, b in ((xq, w), (xq, w.to_layout("ocp")), (xq.to_layout("ocp"), w)):
+            got = gemm_mxfp4(a, b, schedule=schedule, num_sms=num_sms)
+            assert_gemm_close(got, a.dequantize(torch.float32), b.dequantize(torch.float32).t())
+
+
+def test_hopper_layout_forced_tiles_read_whole_groups(device):
+    """A forced configuration with 64-element K steps is widened to 128 for a hopper weight (whole groups)."""
+    m, n, k = 8, 40, 256
+    x = randn((m, k), torch.float16, device)  # fp16 activations: the fp32 expansion route
+    w = _weight(n, k, device).to_layout("hopper")
+    out = gemm_mxfp4(x, w, config=SMALL, schedule="persistent", num_sms=2)
+    assert_gemm_close(out, x, w.dequantize(torch.float32).t())
+    got = expand_mxfp4(w, torch.bfloat16, 2, block_r=32, block_k=64)
+    torch.testing.assert_close(got, w.dequantize(torch.bfloat16), rtol=0, atol=0)
+    xq = quantize_mxfp4(x.float())
+    a, b = expand_mxfp4_pair(xq, w, torch.bfloat16)
+    torch.testing.assert_close(a, xq.dequantize(torch.bfloat16), rtol=0, atol=0)
+    torch.testing.assert_close(b, w.dequantize(torch.bfloat16), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("num_sms,blocks,pad", [(None, {}, 0), (2, {"block_r": 32, "block_k": 128}, 0),
                                                 (2, {"block_r": 32, "block_k": 128}, 3)])
 def test_expansion_pass_is_exact(num_sms, blocks, pad, device):
@@ -167,7 +201,8 @@ def test_nan_scale_block_gives_nan(device):
                                     TileConfig(128, 128, 64, num_warps=8, num_stages=3, mx_swap=True, mx_prefetch=True),
                                     TileConfig(64, 64, 128), mx_config(32, 4096, 4096),
                                     mx_config(64, 4096, 4096), "expand"])
-def test_every_code_and_scale_is_exact_on_gpu(config):
+@pytest.mark.parametrize("layout", ["ocp", "hopper"])
+def test_every_code_and_scale_is_exact_on_gpu(config, layout):
     """Every byte (two e2m1 codes) under scales from the e8m0 extremes, read back through an identity activation:
     the GPU's bf16 conversion (an asm block the interpreter cannot run) must reproduce `dequantize` exactly."""
     k = 512  # a row holds the 256 byte values once: 16 scale groups
@@ -175,7 +210,7 @@ def test_every_code_and_scale_is_exact_on_gpu(config):
     scales = torch.tensor([*finite, 253, 254, 255], dtype=torch.uint8, device="cuda")
     data = torch.arange(256, dtype=torch.uint8, device="cuda").repeat(len(scales), 1)
     data = data[:, torch.randperm(256, device="cuda")]  # codes meet every position of the K loop
-    w = MXFP4Tensor(data, scales[:, None].expand(-1, k // 32).contiguous())
+    w = MXFP4Tensor(data, scales[:, None].expand(-1, k // 32).contiguous()).to_layout(layout)
     eye = torch.eye(k, dtype=torch.bfloat16, device="cuda")
     if config == "expand":  # the two-pass path: the expansion kernel, then the dense GEMM
         out = gemm_mxfp4(eye, w, out_dtype=torch.float32, expand=True)  # out[m, n] = W[n, m]

@@ -364,3 +364,21 @@ def test_rates_of_other_devices_follow_their_memory_bandwidth():
     spec = dataclasses.replace(H200, rates=rates)
     plan = make_plan(16, 4096, 4096, torch.bfloat16, spec, num_sms=66)
     assert plan.num_programs <= 66
+
+
+def test_mxfp4_hopper_layout_plans():
+    """A 'hopper' weight: swapped 64-row tiles (the register-operand path) up to M = 64; 512-deep K steps for
+    data-parallel decode, 256 with 4 stages where Stream-K splits; K steps of at least 128 everywhere."""
+    plan = make_mx_plan(1, 14336, 4096, torch.bfloat16, H200, layout="hopper")
+    assert plan.schedule == "data_parallel" and plan.num_programs == 224
+    assert (plan.config.block_m, plan.config.block_n, plan.config.block_k, plan.config.mx_swap) == (16, 64, 512, True)
+    plan = make_mx_plan(1, 4096, 4096, torch.bfloat16, H200, layout="hopper")  # 64 tiles: no 16 x 32 narrowing
+    assert plan.schedule == "streamk" and plan.config.block_n == 64
+    assert (plan.config.block_k, plan.config.num_stages) == (256, 4)
+    plan = make_mx_plan(64, 14336, 4096, torch.bfloat16, H200, layout="hopper")
+    assert plan.schedule == "streamk" and (plan.config.block_m, plan.config.block_k) == (64, 256)
+    assert plan.config.mx_swap
+    assert make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, num_sms=66, layout="hopper").num_programs <= 66
+    forced = make_mx_plan(8, 64, 4096, torch.bfloat16, H200, config=TileConfig(16, 32, 64), layout="hopper")
+    assert forced.config.block_k == 128
+    assert make_mx_plan(300, 4096, 4096, torch.bfloat16, H200, layout="hopper").config.block_k >= 128

@@ -135,7 +135,7 @@ def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple | None:
     if t is None:
         return None
     if isinstance(t, MXFP4Tensor):
-        return MXFP4Tensor, _tensor_signature(t.data), _tensor_signature(t.scales)
+        return MXFP4Tensor, t.layout, _tensor_signature(t.data), _tensor_signature(t.scales)
     if t.is_neg():  # resolved (copied) on every call: never a repeat call
         raise TypeError("a negative view")
     return type(t), t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0
@@ -226,10 +226,13 @@ def gemm_mxfp4(
         return out
     if k == 0 or alpha == 0:
         return _empty_product(out, c, beta)
+    layout = "hopper" if "hopper" in (w.layout, a.layout if isinstance(a, MXFP4Tensor) else "") else "ocp"
     plan = decide(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config,
-                  mxfp4=True)
-    if plan.config.block_k < 32:
-        raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
+                  mxfp4=True, mx_layout=layout)
+    least = 128 if layout == "hopper" else 32
+    if plan.config.block_k < least:
+        raise ValueError(f"MXFP4 operands need block_k >= {least} (32: one scale group; 128: one group of the "
+                         f"'hopper' layout), got {plan.config}")
     ops = Operands(a, w, out, c, smid_out=smid_out)
     ints, meta = static_args(plan, ops, 0, 0, needs_int64(*(t for _, t in operands), out, c))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
@@ -264,6 +267,8 @@ def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None
     opts = {**(_EXPAND_CHIP if whole else _EXPAND), **blocks}
     outs = [_empty((t.shape[0], k), dtype, device) for t in ts]
     block_k = min(opts["block_k"], max(32, 1 << (k - 1).bit_length()))
+    if any(t.layout == "hopper" for t in ts):
+        block_k = max(block_k, 128)  # whole 64-byte groups
     tiles = sum(-(-t.shape[0] // opts["block_r"]) for t in ts) * -(-k // block_k)
     budget = resolve_budget(num_sms, spec)
     if whole and opts.get("per_sm") is not None:
@@ -273,7 +278,8 @@ def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None
            for t, out in zip(ts, outs)]
     args = (*ops[0], *ops[-1], k, grid)
     meta = dict(BLOCK_R=opts["block_r"], BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-                INTERPRETER=device.type == "cpu", FP16=dtype == torch.float16, TWO=len(ts) == 2)
+                INTERPRETER=device.type == "cpu", FP16=dtype == torch.float16, TWO=len(ts) == 2,
+                LAYOUT0=ts[0].layout, LAYOUT1=ts[-1].layout)
     if device.type != "cuda":
         mx_expand_kernel[(grid,)](*args, **meta)
         return outs

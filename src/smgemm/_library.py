@@ -6,7 +6,8 @@ skip the dispatcher and call `gemm` directly (ops.py): the same kernel, ~10 us l
 
     smgemm::gemm(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms) -> Tensor
     smgemm::gemm_out(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, out!) -> ()
-    smgemm::gemm_mxfp4(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms) -> Tensor
+    smgemm::gemm_mxfp4(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout,
+                       w_layout) -> Tensor
 
 Backward: for D = alpha * A @ B + beta * C, dA = alpha * dD @ B^T and dB = alpha * A^T @ dD, each computed by the
 same kernel on transposed *views* and laid out like the input it is the gradient of (a column-major B, such as
@@ -154,23 +155,27 @@ def gemm_mxfp4_op(
     out_dtype: torch.dtype | None,
     schedule: str,
     num_sms: int | None,
+    a_layout: str = "ocp",
+    w_layout: str = "ocp",
 ) -> torch.Tensor:
-    """alpha * a @ w.T + beta * c; w an MXFP4 [N, K] weight (data, scales); a bf16/fp16, or MXFP4 with a_scales."""
-    a_op = MXFP4Tensor(a, a_scales) if a_scales is not None else a
-    return gemm_mxfp4(a_op, MXFP4Tensor(w_data, w_scales), c=c, alpha=alpha, beta=beta, out_dtype=out_dtype,
-                      schedule=schedule, num_sms=num_sms)
+    """alpha * a @ w.T + beta * c; w an MXFP4 [N, K] weight (data, scales, byte layout); a bf16/fp16, or MXFP4 with
+    a_scales (and a_layout)."""
+    a_op = MXFP4Tensor(a, a_scales, a_layout) if a_scales is not None else a
+    return gemm_mxfp4(a_op, MXFP4Tensor(w_data, w_scales, w_layout), c=c, alpha=alpha, beta=beta,
+                      out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
 
 
 @gemm_mxfp4_op.register_fake
-def _gemm_mxfp4_fake(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms):
+def _gemm_mxfp4_fake(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout="ocp",
+                     w_layout="ocp"):
     check_knobs(schedule, num_sms)
-    a_op = MXFP4Tensor(a, a_scales) if a_scales is not None else a
-    checked = check_mxfp4(a_op, MXFP4Tensor(w_data, w_scales), c, beta, None, out_dtype)
+    a_op = MXFP4Tensor(a, a_scales, a_layout) if a_scales is not None else a
+    checked = check_mxfp4(a_op, MXFP4Tensor(w_data, w_scales, w_layout), c, beta, None, out_dtype)
     return a.new_empty((checked.m, checked.n), dtype=checked.out_dtype)
 
 
 def _mx_setup_context(ctx, inputs, output):
-    a, _, w_data, w_scales, c, alpha, beta, _, schedule, num_sms = inputs
+    a, _, w_data, w_scales, c, alpha, beta, _, schedule, num_sms, _, ctx.w_layout = inputs
     ctx.save_for_backward(w_data, w_scales)
     ctx.a_dtype = a.dtype
     ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
@@ -185,12 +190,12 @@ def _mx_backward(ctx, grad):
     w_data, w_scales = ctx.saved_tensors
     grad_a = grad_c = None
     if ctx.needs_input_grad[0]:
-        w = MXFP4Tensor(w_data, w_scales).dequantize(ctx.a_dtype)
+        w = MXFP4Tensor(w_data, w_scales, ctx.w_layout).dequantize(ctx.a_dtype)
         g = grad if grad.dtype == ctx.a_dtype else grad.to(ctx.a_dtype)
         grad_a = call_gemm(g, w, None, ctx.alpha, 0.0, ctx.a_dtype, None, None, ctx.schedule, ctx.num_sms)
     if ctx.needs_input_grad[4]:
         grad_c = _grad_c(ctx, grad)
-    return grad_a, None, None, None, grad_c, None, None, None, None, None
+    return grad_a, None, None, None, grad_c, None, None, None, None, None, None, None
 
 
 gemm_mxfp4_op.register_autograd(_mx_backward, setup_context=_mx_setup_context)
@@ -344,9 +349,10 @@ def _bmm_vmap(info, in_dims, a, b, c, alpha, beta, out_dtype, schedule, num_sms)
 
 
 @torch.library.register_vmap("smgemm::gemm_mxfp4")
-def _gemm_mxfp4_vmap(info, in_dims, a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms):
+def _gemm_mxfp4_vmap(info, in_dims, a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms,
+                     a_layout="ocp", w_layout="ocp"):
     """Mapped activations (and input) fold into M; a mapped weight runs one product per element."""
-    args = (a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms)
+    args = (a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout, w_layout)
     a_dim, as_dim, w_dim, ws_dim, c_dim = in_dims[:5]
     if w_dim is not None or ws_dim is not None or (a_scales is not None and (a_dim is None) != (as_dim is None)):
         return _loop(gemm_mxfp4_op, info, in_dims, args)
@@ -360,7 +366,7 @@ def _gemm_mxfp4_vmap(info, in_dims, a, a_scales, w_data, w_scales, c, alpha, bet
     y = gemm_mxfp4_op(a.reshape(batch * m, a.shape[-1]),
                       a_scales.reshape(batch * m, a_scales.shape[-1]) if a_scales is not None else None,
                       w_data, w_scales, _folded_input(c, c_dim, batch, m, n), alpha, beta, out_dtype, schedule,
-                      num_sms)
+                      num_sms, a_layout, w_layout)
     return y.reshape(batch, m, n), 0
 
 

@@ -35,13 +35,25 @@ E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 _MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
 
 
+# The byte layouts of `MXFP4Tensor.data` along K:
+# * "ocp": the interchange format (OCP, torch's float4_e2m1fn_x2): byte i holds elements 2i (low nibble) and 2i + 1;
+# * "hopper": within every group of 64 bytes (128 elements), byte 16 t + j holds what "ocp" has at byte 4 j + t
+#   (t < 4, j < 16). An MMA fragment (register operand of wgmma / mma.sync, bf16) gives lane t of each quad the
+#   element pairs 2i, 2i + 1 with i = t mod 4 of every 16 elements, so a thread reads its 16 bytes of a group in one
+#   16-byte load and each byte expands to one fragment register, with no exchange between threads
+#   (`kernels.common.load_mx_raw`). Needs K to be a multiple of 128.
+LAYOUTS = ("ocp", "hopper")
+HOPPER_GROUP = 64  # bytes (128 elements) permuted together in the "hopper" layout
+
+
 @dataclass(frozen=True)
 class MXFP4Tensor:
-    """An MXFP4-quantized tensor of logical shape `shape` ([..., K]): `data` uint8 [..., K/2], `scales` uint8
-    [..., K/32]."""
+    """An MXFP4-quantized tensor of logical shape `shape` ([..., K]): `data` uint8 [..., K/2] (bytes ordered along
+    K as `layout` says: "ocp" or "hopper", see LAYOUTS), `scales` uint8 [..., K/32]."""
 
     data: torch.Tensor
     scales: torch.Tensor
+    layout: str = "ocp"
 
     def __post_init__(self) -> None:
         for name in ("data", "scales"):
@@ -49,6 +61,11 @@ class MXFP4Tensor:
             if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
                 raise TypeError(f"MXFP4Tensor.{name} must be a uint8 tensor, got "
                                 f"{getattr(t, 'dtype', type(t).__name__)}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"MXFP4Tensor.layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.layout == "hopper" and self.data.dim() >= 1 and self.data.shape[-1] % HOPPER_GROUP:
+            raise ValueError(f"MXFP4Tensor with layout 'hopper' needs K a multiple of {2 * HOPPER_GROUP}, got K = "
+                             f"{self.data.shape[-1] * 2}")
         if self.data.dim() < 1 or self.data.shape[:-1] != self.scales.shape[:-1]:
             raise ValueError(f"MXFP4Tensor.data {tuple(self.data.shape)} and scales {tuple(self.scales.shape)} must "
                              "agree on every dim but the last")
@@ -71,14 +88,31 @@ class MXFP4Tensor:
         return self.data.dim()
 
     def to(self, device) -> MXFP4Tensor:
-        return MXFP4Tensor(self.data.to(device), self.scales.to(device))
+        return MXFP4Tensor(self.data.to(device), self.scales.to(device), self.layout)
+
+    def to_layout(self, layout: str) -> MXFP4Tensor:
+        """The same values with `data` in `layout` ("ocp" or "hopper"; see LAYOUTS): `self` if it is already, else
+        a permuted copy of the bytes (the scales are shared). Exact both ways."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if layout == self.layout:
+            return self
+        if self.data.shape[-1] % HOPPER_GROUP:
+            raise ValueError(f"the 'hopper' layout needs K a multiple of {2 * HOPPER_GROUP}, got K = "
+                             f"{self.data.shape[-1] * 2}")
+        # ocp -> hopper: [groups, j, t] -> [groups, t, j]; hopper -> ocp the inverse
+        inner = (16, 4) if layout == "hopper" else (4, 16)
+        data = self.data.unflatten(-1, (-1, *inner)).transpose(-1, -2).flatten(-3).contiguous()
+        return MXFP4Tensor(data, self.scales, layout)
 
     def to_torch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The same bits as torch's own MXFP4 dtypes: (data as `torch.float4_e2m1fn_x2`, scales as
-        `torch.float8_e8m0fnu`), views without a copy. Both store element 2i in the low nibble of byte i and the
-        scale's exponent as the e8m0 byte. Needs a torch that has those dtypes."""
+        `torch.float8_e8m0fnu`): views without a copy in the "ocp" layout (a copy of the data in "hopper"). Both
+        store element 2i in the low nibble of byte i and the scale's exponent as the e8m0 byte. Needs a torch that
+        has those dtypes."""
         fp4, e8m0 = _torch_mx_dtypes()
-        return self.data.view(fp4), self.scales.view(e8m0)
+        ocp = self.to_layout("ocp")
+        return ocp.data.view(fp4), ocp.scales.view(e8m0)
 
     @classmethod
     def from_torch(cls, data: torch.Tensor, scales: torch.Tensor) -> MXFP4Tensor:
@@ -91,7 +125,8 @@ class MXFP4Tensor:
 
     def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
         """The represented values in `dtype` (exact in bf16 and fp32; fp16 may overflow or flush extreme scales)."""
-        lo, hi = self.data & 0xF, self.data >> 4
+        data = self.to_layout("ocp").data
+        lo, hi = data & 0xF, data >> 4
         codes = torch.stack((lo, hi), dim=-1).flatten(-2)  # [..., K], element 2i from the low nibble of byte i
         table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=self.device)
         values = table[(codes & 7).long()]
@@ -121,8 +156,11 @@ def _encode_e2m1(v: torch.Tensor) -> torch.Tensor:
     return code | torch.signbit(v).to(torch.uint8) << 3  # -0 and negatives that round to 0 keep their sign
 
 
-def quantize_mxfp4(x: torch.Tensor, *, rounding: str = "floor") -> MXFP4Tensor:
-    """Quantize `x` ([..., K], K a multiple of 32; fp32, bf16 or fp16) to MXFP4 along its last dim."""
+def quantize_mxfp4(x: torch.Tensor, *, rounding: str = "floor", layout: str = "ocp") -> MXFP4Tensor:
+    """Quantize `x` ([..., K], K a multiple of 32; fp32, bf16 or fp16) to MXFP4 along its last dim, its bytes in
+    `layout` ("ocp", or "hopper" for K a multiple of 128: see LAYOUTS)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype.itemsize == 1:
         raise TypeError(f"x must be a float32 / bfloat16 / float16 tensor, got {getattr(x, 'dtype', type(x))}")
     if x.dim() < 1 or x.shape[-1] % BLOCK:
@@ -145,4 +183,4 @@ def quantize_mxfp4(x: torch.Tensor, *, rounding: str = "floor") -> MXFP4Tensor:
     codes = torch.where(finite.unsqueeze(-1), codes, 0).flatten(-2)
     data = codes[..., 0::2] | (codes[..., 1::2] << 4)
     scales = torch.where(finite, shared + 127, _SCALE_NAN).to(torch.uint8)
-    return MXFP4Tensor(data.contiguous(), scales.contiguous())
+    return MXFP4Tensor(data.contiguous(), scales.contiguous()).to_layout(layout)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from ._checks import check_knobs
-from .mxfp4 import BLOCK, MXFP4Tensor, quantize_mxfp4
+from .mxfp4 import BLOCK, HOPPER_GROUP, MXFP4Tensor, quantize_mxfp4
 from .ops import linear
 
 
@@ -61,20 +61,30 @@ class Linear(torch.nn.Linear):
         return f"{super().extra_repr()}, num_sms={self.num_sms}, schedule={self.schedule}"
 
 
+def _default_layout(in_features: int) -> str:
+    return "hopper" if in_features % (2 * HOPPER_GROUP) == 0 else "ocp"
+
+
 class MXFP4Linear(torch.nn.Module):
     """A Linear whose frozen weight is stored in MXFP4 (4.25 bits per weight) and dequantized inside the kernel.
 
-    Buffers `weight_data` (uint8 [N, K/2]) and `weight_scales` (uint8 [N, K/32]); `bias` stays a Parameter in the
-    activation dtype. Gradients flow to the input (and bias), not to the quantized weight.
+    Buffers `weight_data` (uint8 [N, K/2], bytes in `layout`) and `weight_scales` (uint8 [N, K/32]); `bias` stays a
+    Parameter in the activation dtype. Gradients flow to the input (and bias), not to the quantized weight.
+
+    `layout` (`mxfp4.LAYOUTS`): the byte layout the kernels read; None picks "hopper" (the fastest) where
+    in_features is a multiple of 128, else "ocp". The weight is converted once, here. A checkpoint
+    (`state_dict`) always holds the "ocp" interchange bytes, so that it loads into a layer of either layout.
     """
 
     def __init__(self, weight: MXFP4Tensor, bias: torch.Tensor | None = None, *, num_sms: int | None = None,
-                 schedule: str | None = None) -> None:
+                 schedule: str | None = None, layout: str | None = None) -> None:
         super().__init__()
         check_knobs(schedule, num_sms)
         if not isinstance(weight, MXFP4Tensor) or weight.dim() != 2:
             raise TypeError("weight must be a 2-D MXFP4Tensor [N, K] (smgemm.quantize_mxfp4)")
         self.out_features, self.in_features = weight.shape
+        self.layout = _default_layout(self.in_features) if layout is None else layout
+        weight = weight.to_layout(self.layout)
         self.register_buffer("weight_data", weight.data)
         self.register_buffer("weight_scales", weight.scales)
         self.bias = torch.nn.Parameter(bias) if bias is not None else None
@@ -82,7 +92,8 @@ class MXFP4Linear(torch.nn.Module):
 
     @classmethod
     def empty(cls, in_features: int, out_features: int, bias: bool = True, *, dtype: torch.dtype = torch.bfloat16,
-              device=None, num_sms: int | None = None, schedule: str | None = None) -> MXFP4Linear:
+              device=None, num_sms: int | None = None, schedule: str | None = None,
+              layout: str | None = None) -> MXFP4Linear:
         """A layer with zero MXFP4 buffers (and a zero `dtype` bias) to load a checkpoint into: nothing is
         quantized. `in_features` must be a multiple of 32."""
         if in_features % BLOCK:
@@ -90,22 +101,22 @@ class MXFP4Linear(torch.nn.Module):
         data = torch.zeros(out_features, in_features // 2, dtype=torch.uint8, device=device)
         scales = torch.zeros(out_features, in_features // BLOCK, dtype=torch.uint8, device=device)
         b = torch.zeros(out_features, dtype=dtype, device=device) if bias else None
-        return cls(MXFP4Tensor(data, scales), b, num_sms=num_sms, schedule=schedule)
+        return cls(MXFP4Tensor(data, scales), b, num_sms=num_sms, schedule=schedule, layout=layout)
 
     @classmethod
     def from_linear(cls, module: torch.nn.Linear, *, rounding: str = "floor", num_sms: int | None = None,
-                    schedule: str | None = None) -> MXFP4Linear:
+                    schedule: str | None = None, layout: str | None = None) -> MXFP4Linear:
         """Quantize `module`'s weight (in_features a multiple of 32); the bias is shared with `module`."""
         if not isinstance(module, torch.nn.Linear):
             raise TypeError(f"module must be a torch.nn.Linear, got {type(module).__name__}")
         new = cls(quantize_mxfp4(module.weight.detach(), rounding=rounding), None, num_sms=num_sms,
-                  schedule=schedule)
+                  schedule=schedule, layout=layout)
         new.bias = module.bias
         return new
 
     @property
     def weight(self) -> MXFP4Tensor:
-        return MXFP4Tensor(self.weight_data, self.weight_scales)
+        return MXFP4Tensor(self.weight_data, self.weight_scales, self.layout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, num_sms=self.num_sms, schedule=self.schedule)
@@ -114,11 +125,20 @@ class MXFP4Linear(torch.nn.Module):
         if prefix + "weight" in state_dict and prefix + "weight_data" not in state_dict:
             raise RuntimeError(f"{prefix.rstrip('.') or 'the module'}: the checkpoint holds a dense weight for this "
                                "MXFP4 layer; load it into the unswapped model, then swap_linears(..., mxfp4=True)")
+        data, scales = state_dict.get(prefix + "weight_data"), state_dict.get(prefix + "weight_scales")
+        if self.layout != "ocp" and isinstance(data, torch.Tensor) and isinstance(scales, torch.Tensor) and \
+                tuple(data.shape) == tuple(self.weight_data.shape) and data.dtype == torch.uint8:
+            state_dict = {**state_dict, prefix + "weight_data": MXFP4Tensor(data, scales).to_layout(self.layout).data}
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.layout != "ocp":  # checkpoints hold the interchange bytes
+            destination[prefix + "weight_data"] = self.weight.to_layout("ocp").data
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"mxfp4, num_sms={self.num_sms}, schedule={self.schedule}")
+                f"mxfp4 ({self.layout}), num_sms={self.num_sms}, schedule={self.schedule}")
 
 
 class SwapReport(list):

@@ -178,7 +178,7 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
     if isinstance(x, MXFP4Tensor):
         lead = x.shape[:-1]
         x2 = MXFP4Tensor(x.data.reshape(math.prod(lead), x.data.shape[-1]),
-                         x.scales.reshape(math.prod(lead), x.scales.shape[-1]))
+                         x.scales.reshape(math.prod(lead), x.scales.shape[-1]), x.layout)
     elif isinstance(x, torch.Tensor) and x.dim() >= 1:
         lead = x.shape[:-1]
         x2 = x.reshape(math.prod(lead), x.shape[-1])
@@ -189,7 +189,8 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
     if _via_dispatcher(x2, bias):
         check_mxfp4(x2, w, bias, 1.0, None, out_dtype)  # as the eager path does, before the op
         a, a_scales = (x2.data, x2.scales) if isinstance(x2, MXFP4Tensor) else (x2, None)
-        y = _library.gemm_mxfp4_op(a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms)
+        y = _library.gemm_mxfp4_op(a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms,
+                                   x2.layout if isinstance(x2, MXFP4Tensor) else "ocp", w.layout)
     else:
         y = gemm_mxfp4(x2, w, c=bias, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
     return y.reshape(*lead, w.shape[0])

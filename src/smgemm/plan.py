@@ -391,10 +391,16 @@ def choose_config(
     return best
 
 
-def mx_config(m: int, n: int, k: int) -> TileConfig | None:
-    """The tile configuration of an MXFP4 GEMM (an [N, K] MXFP4 weight; bf16, fp16 or MXFP4 activations), or None
-    for the dense model's choice. Measured rules, not modelled (benchmarks/sweep_mxfp4.py on the H200,
-    docs/performance.md):
+def mx_config(m: int, n: int, k: int, layout: str = "ocp") -> TileConfig | None:
+    """The tile configuration of an MXFP4 GEMM (an [N, K] MXFP4 weight in byte `layout`; bf16, fp16 or MXFP4
+    activations), or None for the dense model's choice. Measured rules, not modelled (benchmarks/sweep_mxfp4.py on
+    the H200, docs/performance.md):
+
+    * a "hopper" weight and M <= 64: 64 weight rows, 4 warps, computed as (W @ A^T)^T (`mx_swap`): the expanded
+      weight is the wgmma's register operand, each thread expanding the bytes its fragments need (no trip through
+      shared memory). 512-element K steps for M <= 16 (make_mx_plan shortens them to 256 with 4 stages where
+      Stream-K splits), 256 above. Against the "ocp" weight's plans in the same run: M = 1 1.02-1.46x -> 1.11-1.46x
+      of bf16, M = 16 1.20-1.33x -> 1.20-1.50x, M = 64 0.79-0.81x -> 0.91-0.97x;
 
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
@@ -411,6 +417,11 @@ def mx_config(m: int, n: int, k: int) -> TileConfig | None:
       while this step's dot runs (`mx_prefetch`), A read through pointers: 0.63-0.68x of bf16 cuBLAS, where
       128 x 256 tiles gave 0.46-0.49x (0.39-0.41x with MXFP4 activations too, against 0.32-0.36x).
     """
+    if layout == "hopper" and m <= 16:
+        return TileConfig(16, 64, min(512, max(128, _next_pow2(k))), num_warps=4, num_stages=3, mx_swap=True)
+    if layout == "hopper" and m <= 64:
+        return TileConfig(max(32, _next_pow2(m)), 64, min(256, max(128, _next_pow2(k))), num_warps=4, num_stages=3,
+                          mx_swap=True)
     if m <= 16:
         return TileConfig(16, 64, min(512, max(32, _next_pow2(k))), num_warps=4, num_stages=4)
     if m <= 32:
@@ -454,9 +465,11 @@ def make_mx_plan(
     schedule: str = "auto",
     num_sms: int | None = None,
     config: TileConfig | None = None,
+    layout: str = "ocp",
 ) -> Plan:
-    """`make_plan` for an MXFP4 GEMM (`dtype`: the dtype its dot runs in): the tile of `mx_config` unless `config`
-    is given, and two more measured rules for `auto`:
+    """`make_plan` for an MXFP4 GEMM (`dtype`: the dtype its dot runs in; `layout`: the weight's byte layout): the
+    tile of `mx_config` unless `config` is given (a "hopper" weight is read in whole 128-element groups: K steps of
+    at least 128), and two more measured rules for `auto`:
 
     * 16 < M <= 64: Stream-K over mx_config's 32 x 64 / 64 x 64 tiles (the configurations were measured split);
     * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per tile. The
@@ -468,15 +481,20 @@ def make_mx_plan(
       stays within it, as for every GEMM.
     """
     if config is None:
-        config = mx_config(m, n, k)
+        config = mx_config(m, n, k, layout)
         decode = schedule == "auto" and whole_device(num_sms, spec) and config is not None and m <= 16
         if decode and math.ceil(n / config.block_n) >= spec.num_sms:
             schedule = "data_parallel"  # one program per tile, like a data-parallel launch
-        elif decode and k <= _MX_DECODE_SHORT_K and math.ceil(n / 32) >= spec.rates.sk_align_fill * spec.num_sms:
+        elif decode and layout == "ocp" and k <= _MX_DECODE_SHORT_K and \
+                math.ceil(n / 32) >= spec.rates.sk_align_fill * spec.num_sms:
             config = dataclasses.replace(config, block_n=32)
             schedule = "data_parallel"
         elif schedule == "auto" and 16 < m <= 64:
             schedule = "streamk"  # as measured with mx_config's tiles (persistent where nothing splits)
+        if layout == "hopper" and schedule != "data_parallel" and m <= 16:
+            config = dataclasses.replace(config, block_k=min(config.block_k, 256), num_stages=4)
+    if layout == "hopper" and config is not None and config.block_k < 128:
+        config = dataclasses.replace(config, block_k=128, num_stages=min(config.num_stages, 3))
     return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
 
 
@@ -665,15 +683,16 @@ def decide(
     tf32: bool = False,
     config: TileConfig | None = None,
     mxfp4: bool = False,
+    mx_layout: str = "ocp",
     tuned: tuple[TileConfig, str] | None = None,
     batch: int = 1,
     operands: tuple[tuple[int, int], tuple[int, int]] | None = None,
 ) -> Plan:
     """The plan of a GEMM call: the one place that weighs, in order, an `overrides` block, the caller's `config`,
-    a tuning file's entry (`tuned`, for schedule "auto" and no config), the MXFP4 rules (`mxfp4`: an MXFP4 weight,
-    `dtype` the dot's dtype) and the model, and then, given the dense `operands` A and B as (elements, row
-    alignment in elements: `_launch.row_alignment`), whether to copy those whose rows the tile cannot read at full
-    speed into aligned buffers first (`stage_pays`)."""
+    a tuning file's entry (`tuned`, for schedule "auto" and no config), the MXFP4 rules (`mxfp4`: an MXFP4 weight
+    in byte layout `mx_layout`, `dtype` the dot's dtype) and the model, and then, given the dense `operands` A and B
+    as (elements, row alignment in elements: `_launch.row_alignment`), whether to copy those whose rows the tile
+    cannot read at full speed into aligned buffers first (`stage_pays`)."""
     if _OVERRIDES.rates is not None:
         spec = dataclasses.replace(spec, rates=_OVERRIDES.rates)
     config = _OVERRIDES.config or config
@@ -681,7 +700,8 @@ def decide(
     if config is None and schedule == "auto" and tuned is not None:
         config, schedule = tuned
     if mxfp4:
-        return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
+        return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config,
+                            layout=mx_layout)
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch)
     if operands is None:
         return plan

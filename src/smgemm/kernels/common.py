@@ -88,6 +88,19 @@ def _e2m1x8_to_bf16_asm() -> str:
 _E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
 
 
+# The same expansion with (even, odd) pairs out: $4 the bytes b0..b3, $5..$8 each byte's bf16x2 scale (s, s); $k
+# (k < 4) the bf16x2 (element 2i, element 2i + 1) of byte k, one MMA fragment register ("hopper" layout).
+def _e2m1x8_to_bf16_pairs_asm() -> str:
+    pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; mul.rn.bf16x2 t, t, c; " \
+           "mul.rn.bf16x2 ${out}, t, ${scale};"
+    outs = [pair.format(out=k, sel=f"0x8{4 + k}8{k}", scale=5 + k) for k in range(4)]
+    return "\n".join(["{", ".reg .b32 x, h, t, c;", "mov.b32 c, 0x7E807E80;", "and.b32 x, $4, 0x0F0F0F0F;",
+                      "shr.b32 h, $4, 4;", "and.b32 h, h, 0x0F0F0F0F;", *outs, "}"])
+
+
+_E2M1X8_TO_BF16_PAIRS: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_pairs_asm())
+
+
 @triton.jit
 def _bf16_bits(x):
     """fp32 `x` that holds bf16 values, as bf16, exactly (its top 16 bits)."""
@@ -118,13 +131,34 @@ def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, I
 
 
 @triton.jit
+def mx_dequant_bf16_pairs(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """`mx_dequant_bf16` as one [ROWS, BLOCK_K] bf16 tile, each byte expanded to one (even, odd) register pair
+    (GPU only). With the "hopper" layout's loads, the pairs land where the MMA fragment wants them."""
+    HALF: tl.constexpr = BLOCK_K // 2
+    s = scales.to(tl.uint32)
+    scale = tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7))
+    scale = scale | (scale << 16)
+    scale = tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 16)).reshape(ROWS, HALF)
+    pairs = tl.inline_asm_elementwise(_E2M1X8_TO_BF16_PAIRS, "=r,=r,=r,=r,r,r,r,r,r", [packed, scale],
+                                      dtype=tl.uint32, is_pure=True, pack=4)
+    even = pairs.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    odd = (pairs >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return tl.join(even, odd).reshape(ROWS, BLOCK_K)
+
+
+@triton.jit
 def mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, MX_FP16: tl.constexpr):
-    """The [BLOCK_N, BLOCK_K] weight tile at K offset k0 of an MXFP4 weight [N, K/2], expanded (exactly) to bf16, or
-    to fp16 when MX_FP16 (fp16 cannot hold most scales' range: the exact fp32 values are rounded once)."""
-    w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K)
+                   BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, MX_FP16: tl.constexpr,
+                   LAYOUT: tl.constexpr):
+    """The [BLOCK_N, BLOCK_K] weight tile at K offset k0 of an MXFP4 weight [N, K/2] (bytes in LAYOUT), expanded
+    (exactly) to bf16, or to fp16 when MX_FP16 (fp16 cannot hold most scales' range: the exact fp32 values are
+    rounded once)."""
+    w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
+                                     LAYOUT)
     if MX_FP16:
         b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(tl.float16)
+    elif LAYOUT == "hopper" and not INTERPRETER:
+        b_w = mx_dequant_bf16_pairs(w_packed, w_scales, BLOCK_N, BLOCK_K)
     else:
         even, odd = mx_dequant_bf16(w_packed, w_scales, BLOCK_N, BLOCK_K, INTERPRETER)
         b_w = tl.join(even, odd).reshape(BLOCK_N, BLOCK_K)
@@ -133,10 +167,12 @@ def mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N
 
 @triton.jit
 def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
-                ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """The packed bytes uint8 [ROWS, BLOCK_K // 2] and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at K offset k0 of an
-    MXFP4 operand stored [rows, K / 2] (packed along K). A K tail (K is a multiple of 32, so it covers whole scale
-    groups) reads zero codes with scale 2^0."""
+                ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, LAYOUT: tl.constexpr):
+    """The packed bytes uint8 [ROWS, BLOCK_K // 2] (in "ocp" order) and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at
+    K offset k0 of an MXFP4 operand stored [rows, K / 2] (packed along K, bytes in LAYOUT). A K tail (K is a
+    multiple of 32, so it covers whole scale groups) reads zero codes with scale 2^0. A "hopper" operand (K a
+    multiple of 128, BLOCK_K too) is read as stored and put back in order by a reshape and a permute, which on the GPU
+    only renames registers: each thread loads the 16 contiguous bytes its MMA fragments need (`mxfp4.LAYOUTS`)."""
     offs_kp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     offs_ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
     p_packed = p_data + offs_rows[:, None] * stride_row + offs_kp[None, :]
@@ -147,6 +183,8 @@ def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K
     else:
         packed = tl.load(p_packed, mask=offs_kp[None, :] < K // 2, other=0)
         scales = tl.load(p_scale, mask=offs_ks[None, :] < K // 32, other=127)
+    if LAYOUT == "hopper":  # stored [groups, t, j] -> [groups, j, t]: byte 4 j + t of each 64-byte group
+        packed = packed.reshape(ROWS, BLOCK_K // 128, 4, 16).permute(0, 1, 3, 2).reshape(ROWS, BLOCK_K // 2)
     return packed, scales
 
 
@@ -179,7 +217,8 @@ def k_loop(
     descriptor (TMA on Hopper) over the operand as stored, A [M, K] / B [K, N]; "transposed", a descriptor over its
     transpose, A^T [K, M] / B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past
     the edge with zeros. BATCHED: the descriptors are 3-D, [batch, rows, cols], read at matrix `matrix`.
-    MXFP4 operands (B_MX: B given as an [N, K/2] weight; A_MX: A stored [M, K/2]) go to `k_loop_mx`.
+    MXFP4 operands (B_MX: B given as an [N, K/2] weight; A_MX: A stored [M, K/2]) go to `k_loop_mx`; A_MX / B_MX
+    are "" for a dense operand, else the MXFP4 operand's byte layout ("ocp" or "hopper", `mxfp4.LAYOUTS`).
     INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
     bf16 -> fp32 is exact, so CPU runs of the same kernel stay trustworthy.
     """
@@ -187,11 +226,11 @@ def k_loop(
     stride_am, stride_ak = a_strides
     stride_bk, stride_bn = b_strides
     stride_mxa, stride_mxb = mx_strides
-    if B_MX:
+    if B_MX != "":
         acc = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-            A_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH,
+            A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH,
         )
     else:
         acc = k_loop_dense(
@@ -300,7 +339,7 @@ def k_loop_mx(
     pid_m, pid_n, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
-    A_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
+    A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
     MX_PREFETCH: tl.constexpr,
 ):
     """k_loop with an MXFP4 weight W [N, K/2] (scales in mxw) and A bf16 / fp16 (dense, read per A_DESC) or MXFP4
@@ -322,17 +361,17 @@ def k_loop_mx(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if MX_PREFETCH:
         w_next = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, iter_start * BLOCK_K, K,
-                                BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16)
+                                BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
     for it in range(iter_start, iter_end):
         k0 = it * BLOCK_K
         if MX_PREFETCH:  # expanded during the previous step's dot
             b_w = w_next
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
-                                 BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16)
-        if A_MX:
+                                 BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
+        if A_MX != "":
             a_packed, a_scales = load_mx_raw(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, k0, K,
-                                             BLOCK_M, BLOCK_K, EVEN_K)
+                                             BLOCK_M, BLOCK_K, EVEN_K, A_MX)
             a_even, a_odd = mx_dequant_bf16(a_packed, a_scales, BLOCK_M, BLOCK_K, INTERPRETER)
             b_a = tl.join(a_even, a_odd).reshape(BLOCK_M, BLOCK_K)
         elif A_DESC == "stored":
@@ -355,7 +394,7 @@ def k_loop_mx(
         if MX_PREFETCH:  # the last step re-expands its own tile: harmless, and no branch in the loop
             w_next = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw,
                                     tl.minimum(it + 1, iter_end - 1) * BLOCK_K, K,
-                                    BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16)
+                                    BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
     if MX_SWAP:
         acc = tl.trans(acc)
     return acc

@@ -106,11 +106,11 @@ def describe(plan) -> str:
             f"{flags} grid {plan.num_programs}{split}")
 
 
-def describe_mx(m: int, n: int, k: int, spec, expand: bool, num_sms: int | None = None) -> str:
+def describe_mx(m: int, n: int, k: int, spec, expand: bool, num_sms: int | None = None, layout: str = "ocp") -> str:
     """An MXFP4 GEMM's plan in a table cell: the fused kernel's, or "expand + " the dense GEMM's (two passes)."""
     if expand:
         return "expand + " + describe(make_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms))
-    return describe(make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms))
+    return describe(make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms, layout=layout))
 
 
 def bench_full_chip(
@@ -238,11 +238,21 @@ def table_dtype(name: str) -> Iterator[torch.dtype]:
         setattr(matmul, flag, saved)
 
 
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Device-memory bytes per microsecond of a large device-to-device copy (read plus write), measured now."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * nbytes / (time_rotating(lambda s, d: d.copy_(s), [(src, dst)]) * 1e3)
+
+
 def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[dict[str, object]]:
     """smgemm.linear with an MXFP4 weight (and MXFP4 activations if `both`) vs torch.matmul in bf16 on the
-    dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies)."""
+    dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies), the weight in
+    each byte layout (`mxfp4.LAYOUTS`) its K allows. Decode rows (M <= 64) also give CUDA-graph times and the read
+    floor: the packed weight's bytes at the copy bandwidth measured in the same run, and its fraction of smgemm's
+    graph time."""
     spec = device_spec(torch.device("cuda"))
-
+    bandwidth = copy_bandwidth()
     rows = []
     for m, n, k in progress(shapes, "mxfp4"):
         sets = []
@@ -250,21 +260,25 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
             xq = smgemm.quantize_mxfp4(x.float()) if both else x
             x_ref = xq.dequantize(torch.bfloat16) if both else x
             sets.append(((xq, w), (x_ref, w_ref.t())))
-        ours = [s for s, _ in sets]
         peer = [p for _, p in sets]
-        err = rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
-        t_ours = time_rotating(lambda a, w: smgemm.linear(a, w), ours)
         t_peer = time_rotating(torch.matmul, peer)
-        plan_text = describe_mx(m, n, k, spec, mx_expands(m, n, k, both))
-        row = {"M": m, "N": n, "K": k, "operands": "both MXFP4" if both else "MXFP4 weight",
-               "smgemm us": t_ours * 1e3, "torch bf16 us": t_peer * 1e3, "speed-up": t_peer / t_ours}
-        if m <= 64:  # decode: kernel time from CUDA graphs (as serving engines run decode), host overhead excluded
-            g_ours = graph_rotating(lambda a, w: smgemm.linear(a, w), ours)
-            g_peer = graph_rotating(torch.matmul, peer)
-            row.update({"graph: smgemm us": g_ours, "graph: torch us": g_peer, "graph speed-up": g_peer / g_ours})
-        row.update({"smgemm TFLOP/s": 2 * m * n * k / t_ours / 1e9, "plan": plan_text, "rel err": err})
-        rows.append(row)
-        del sets, ours, peer
+        g_peer = graph_rotating(torch.matmul, peer) if m <= 64 else None
+        for layout in ("ocp", "hopper") if k % 128 == 0 else ("ocp",):
+            ours = [(a, w.to_layout(layout)) for (a, w), _ in sets]
+            err = rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
+            t_ours = time_rotating(lambda a, w: smgemm.linear(a, w), ours)
+            plan_text = describe_mx(m, n, k, spec, mx_expands(m, n, k, both), layout=layout)
+            row = {"M": m, "N": n, "K": k, "operands": "both MXFP4" if both else "MXFP4 weight", "layout": layout,
+                   "smgemm us": t_ours * 1e3, "torch bf16 us": t_peer * 1e3, "speed-up": t_peer / t_ours}
+            if g_peer is not None:  # decode: kernel time from CUDA graphs (as serving engines run decode)
+                g_ours = graph_rotating(lambda a, w: smgemm.linear(a, w), ours)
+                floor = (n * k // 2 + n * k // 32) / bandwidth
+                row.update({"graph: smgemm us": g_ours, "graph: torch us": g_peer, "graph speed-up": g_peer / g_ours,
+                            "read floor us": floor, "of floor": floor / g_ours})
+            row.update({"smgemm TFLOP/s": 2 * m * n * k / t_ours / 1e9, "plan": plan_text, "rel err": err})
+            rows.append(row)
+            del ours
+        del sets, peer
     return rows
 
 
