@@ -132,3 +132,13 @@ def test_batched_sm_budget_is_observed(num_sms, schedule):
     seen = set(smids.tolist())
     assert -1 not in seen and len(seen) <= num_sms and plan.num_programs <= num_sms
     _check(out, a, b)
+
+
+def test_batched_unaligned_operands_are_never_staged(device):
+    """Staging copies 2-D operands only: a batched product (even of one matrix) with unaligned rows reads them in
+    place, whatever the override says."""
+    a = randn((1, 144, 65), torch.float16, device).transpose(1, 2).contiguous().transpose(1, 2)  # row stride 144
+    b = randn((1, 65, 3), torch.float16, device)
+    with smgemm.plan.overrides(stage=True):
+        out = smgemm.bmm(a, b, num_sms=1)
+    _check(out, a, b)

@@ -76,7 +76,8 @@ def gemm(
 
     check_call(schedule, num_sms, alpha, beta)
     a, b, c, scale_a, scale_b = (resolve_neg(t) for t in (a, b, c, scale_a, scale_b))
-    if getattr(a, "ndim", 2) == 3 or getattr(b, "ndim", 2) == 3:
+    batched = getattr(a, "ndim", 2) == 3 or getattr(b, "ndim", 2) == 3
+    if batched:
         for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
             if scale is not None:
                 raise ValueError(f"{name} is for fp8 2-D products; a batched product takes none")
@@ -94,10 +95,10 @@ def gemm(
         return _empty_product(out, c, beta)
 
     spec = device_spec(a.device)
-    tuned = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) if config is None and batch == 1 else None
+    tuned = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) if config is None and not batched else None
     plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
                   tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned, batch=batch,
-                  operands=((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))) if batch == 1 else None)
+                  operands=None if batched else ((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))))
     ops = staged(plan, Operands(a, b, out, c, scale_a, scale_b, smid_out))
     ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(ops.a, ops.b, out, c, scale_a, scale_b))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
