@@ -399,9 +399,9 @@ def mx_config(m: int, n: int, k: int, layout: str = "ocp") -> TileConfig | None:
     * a "hopper" weight and M <= 64: 64 weight rows, 4 warps, computed as (W @ A^T)^T (`mx_swap`): the expanded
       weight is the wgmma's register operand, each thread expanding the bytes its fragments need (no trip through
       shared memory). 512-element K steps for M <= 16 (make_mx_plan shortens them to 256 with 4 stages where
-      Stream-K splits), 256 above. Graph-replayed against the "ocp" weight's plans in the same run
-      (`python -m smgemm bench --dtype '' --mxfp4`): M = 1 1.14-1.45x of bf16 -> 1.18-1.53x, M = 16 1.15-1.36x ->
-      1.17-1.58x, M = 32 1.02-1.03x -> 1.14-1.21x, M = 64 0.76-0.86x -> 0.90-1.06x;
+      Stream-K splits, with two programs per SM), 256 above. Graph-replayed against the "ocp" weight's plans in
+      the same run (`python -m smgemm bench --dtype '' --mxfp4`, docs/performance.md): M = 1 1.14-1.43x of bf16 ->
+      1.23-1.43x, M = 16 1.21-1.36x -> 1.23-1.51x, M = 32 0.97-1.06x -> 1.18-1.40x, M = 64 0.77-0.85x -> 0.89-1.20x;
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
     * 16 < M <= 32: 32 x 64 tiles with 256-element K steps, 4 warps and 4 stages (mma.sync, as at decode), which
@@ -484,9 +484,7 @@ def make_mx_plan(
     if config is None:
         config = mx_config(m, n, k, layout)
         decode = schedule == "auto" and whole_device(num_sms, spec) and config is not None and m <= 16
-        tiles = math.ceil(n / config.block_n)
-        fills = tiles >= spec.num_sms or (layout == "hopper" and tiles >= spec.rates.sk_align_fill * spec.num_sms)
-        if decode and fills:  # (90% of the SMs' worth of 64-row tiles for a hopper weight, as for 32-row ones below)
+        if decode and math.ceil(n / config.block_n) >= spec.num_sms:
             schedule = "data_parallel"  # one program per tile, like a data-parallel launch
         elif decode and layout == "ocp" and k <= _MX_DECODE_SHORT_K and \
                 math.ceil(n / 32) >= spec.rates.sk_align_fill * spec.num_sms:
