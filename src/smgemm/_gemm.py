@@ -67,13 +67,10 @@ def gemm(
     Stream-K schedule). `config` forces a tile configuration (tests, tuning); `smid_out` (int32, at least grid-size
     elements) receives the SM id each program ran on (GPU only).
     """
-    key = None
-    if out is None and smid_out is None and alpha != 0:
-        key = _signature("gemm", a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config)
-        repeated = _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta)
-        if repeated is not None:
-            return repeated
-
+    key, repeated = _seen("gemm", a, b, c, alpha, beta, out is None and smid_out is None, out_dtype, scale_a, scale_b,
+                          schedule, num_sms, config)
+    if repeated is not None:
+        return repeated
     check_call(schedule, num_sms, alpha, beta)
     a, b, c, scale_a, scale_b = (resolve_neg(t) for t in (a, b, c, scale_a, scale_b))
     batched = getattr(a, "ndim", 2) == 3 or getattr(b, "ndim", 2) == 3
@@ -170,6 +167,16 @@ def _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta) -> torch.Tensor | 
     return out
 
 
+def _seen(entry, a, b, c, alpha, beta, allocates, out_dtype, scale_a, scale_b, schedule, num_sms, config):
+    """(key, output) of a call of `entry`: the output when the call repeats a remembered signature (launched from
+    what it remembered), else None with the key to remember it under (None too for a call that cannot be remembered:
+    one that is given its output or an SM-id buffer (`allocates` False), or alpha == 0)."""
+    if not allocates or alpha == 0:
+        return None, None
+    key = _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config)
+    return key, _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta)
+
+
 def _remember(key: tuple | None, seen: tuple) -> None:
     if key is not None:
         if len(_SEEN_CALLS) >= _SEEN_CALLS_MAX:
@@ -199,12 +206,10 @@ def gemm_mxfp4(
     copies by a pass of their own, followed by the dense GEMM. Every schedule and `num_sms` work as for dense
     operands (both passes stay within the budget); `config` and `smid_out` as for `gemm`.
     """
-    key = None
-    if out is None and smid_out is None and alpha != 0:
-        key = _signature("gemm_mxfp4", a, w, c, beta, out_dtype, None, None, schedule, num_sms, config)
-        repeated = _repeat_call(key, a, w, c, None, None, alpha, beta)
-        if repeated is not None:
-            return repeated
+    key, repeated = _seen("gemm_mxfp4", a, w, c, alpha, beta, out is None and smid_out is None, out_dtype, None, None,
+                          schedule, num_sms, config)
+    if repeated is not None:
+        return repeated
     check_call(schedule, num_sms, alpha, beta)
     a, c_in = resolve_neg(a), resolve_neg(c)
     m, k, n, out_dtype, c, _, _ = check_mxfp4(a, w, c_in, beta, out, out_dtype)
