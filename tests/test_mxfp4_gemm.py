@@ -202,12 +202,15 @@ def test_nan_scale_block_gives_nan(device):
                                     TileConfig(64, 64, 128), mx_config(32, 4096, 4096),
                                     mx_config(64, 4096, 4096), "expand"])
 @pytest.mark.parametrize("layout", ["ocp", "hopper"])
-def test_every_code_and_scale_is_exact_on_gpu(config, layout):
+@pytest.mark.parametrize("largest", [255, 128])
+def test_every_code_and_scale_is_exact_on_gpu(config, layout, largest):
     """Every byte (two e2m1 codes) under scales from the e8m0 extremes, read back through an identity activation:
-    the GPU's bf16 conversion (an asm block the interpreter cannot run) must reproduce `dequantize` exactly."""
+    the GPU's bf16 conversion (an asm block the interpreter cannot run) must reproduce `dequantize` exactly. With
+    scales up to 128 only, a hopper weight's decode tiles keep their folded expansion (k_loop_mx)."""
     k = 512  # a row holds the 256 byte values once: 16 scale groups
-    finite = [0, 1, 2, 3, 50, 100, 126, 127, 128, 129, 200, 250, 251, 252]  # every value a finite bf16
-    scales = torch.tensor([*finite, 253, 254, 255], dtype=torch.uint8, device="cuda")
+    finite = [s for s in (0, 1, 2, 3, 50, 100, 126, 127, 128, 129, 200, 250, 251, 252) if s <= largest]
+    specials = [253, 254, 255] if largest == 255 else []  # 2^126, 2^127 overflow some values; 255 is NaN
+    scales = torch.tensor([*finite, *specials], dtype=torch.uint8, device="cuda")
     data = torch.arange(256, dtype=torch.uint8, device="cuda").repeat(len(scales), 1)
     data = data[:, torch.randperm(256, device="cuda")]  # codes meet every position of the K loop
     w = MXFP4Tensor(data, scales[:, None].expand(-1, k // 32).contiguous()).to_layout(layout)
@@ -221,6 +224,10 @@ def test_every_code_and_scale_is_exact_on_gpu(config, layout):
     torch.testing.assert_close(out[:, :len(finite)], ref[:, :len(finite)], rtol=0, atol=0)
     # Scales 2^126, 2^127 overflow some values to inf (and 0 * inf makes the whole column NaN); 255 is NaN.
     assert not out[:, len(finite):].isfinite().any() and not ref[:, len(finite):].isfinite().all(dim=0).any()
+    if largest == 128:  # also through the decode plan's own tiles (16 x 64, folded) on a wider weight
+        wide = MXFP4Tensor(data.repeat(8, 1)[:128], w.to_layout("ocp").scales.repeat(8, 1)[:128]).to_layout(layout)
+        got = gemm_mxfp4(eye[:16], wide, out_dtype=torch.float32)
+        torch.testing.assert_close(got, wide.dequantize(torch.float32)[:, :16].t(), rtol=0, atol=0)
 
 
 @pytest.mark.gpu

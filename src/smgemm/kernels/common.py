@@ -88,17 +88,20 @@ def _e2m1x8_to_bf16_asm() -> str:
 _E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
 
 
-# The same expansion with (even, odd) pairs out: $4 the bytes b0..b3, $5..$8 each byte's bf16x2 scale (s, s); $k
-# (k < 4) the bf16x2 (element 2i, element 2i + 1) of byte k, one MMA fragment register ("hopper" layout).
-def _e2m1x8_to_bf16_pairs_asm() -> str:
-    pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; mul.rn.bf16x2 t, t, c; " \
+# The same expansion with (even, odd) pairs out: $4 the bytes b0..b3, $5..$8 each byte's bf16x2 factor; $k (k < 4)
+# the bf16x2 (element 2i, element 2i + 1) of byte k, one MMA fragment register ("hopper" layout). The factor is the
+# scale (s, s), or with `folded` the scale times 2^126 (2^(s - 1), a bf16 for s <= 128): one multiply a pair, not two.
+def _e2m1x8_to_bf16_pairs_asm(folded: bool) -> str:
+    bias = "" if folded else "mul.rn.bf16x2 t, t, c; "
+    pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; " + bias + \
            "mul.rn.bf16x2 ${out}, t, ${scale};"
     outs = [pair.format(out=k, sel=f"0x8{4 + k}8{k}", scale=5 + k) for k in range(4)]
     return "\n".join(["{", ".reg .b32 x, h, t, c;", "mov.b32 c, 0x7E807E80;", "and.b32 x, $4, 0x0F0F0F0F;",
                       "shr.b32 h, $4, 4;", "and.b32 h, h, 0x0F0F0F0F;", *outs, "}"])
 
 
-_E2M1X8_TO_BF16_PAIRS: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_pairs_asm())
+_E2M1X8_TO_BF16_PAIRS: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_pairs_asm(False))
+_E2M1X8_TO_BF16_PAIRS_FOLDED: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_pairs_asm(True))
 
 
 @triton.jit
@@ -131,15 +134,21 @@ def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, I
 
 
 @triton.jit
-def mx_dequant_bf16_pairs(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+def mx_dequant_bf16_pairs(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FOLDED: tl.constexpr):
     """`mx_dequant_bf16` as one [ROWS, BLOCK_K] bf16 tile, each byte expanded to one (even, odd) register pair
-    (GPU only). With the "hopper" layout's loads, the pairs land where the MMA fragment wants them."""
+    (GPU only). With the "hopper" layout's loads, the pairs land where the MMA fragment wants them. FOLDED: exact
+    only where every scale is <= 128 (2^1), with one multiply a pair instead of two (`k_loop_mx` checks)."""
     HALF: tl.constexpr = BLOCK_K // 2
     s = scales.to(tl.uint32)
-    scale = tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7))
+    if FOLDED:  # bf16 bits of 2^(s - 1): exponent field s + 126
+        scale = (s + 126) << 7
+        asm: tl.constexpr = _E2M1X8_TO_BF16_PAIRS_FOLDED
+    else:  # of 2^(s - 127): exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN)
+        scale = tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7))
+        asm: tl.constexpr = _E2M1X8_TO_BF16_PAIRS
     scale = scale | (scale << 16)
     scale = tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 16)).reshape(ROWS, HALF)
-    pairs = tl.inline_asm_elementwise(_E2M1X8_TO_BF16_PAIRS, "=r,=r,=r,=r,r,r,r,r,r", [packed, scale],
+    pairs = tl.inline_asm_elementwise(asm, "=r,=r,=r,=r,r,r,r,r,r", [packed, scale],
                                       dtype=tl.uint32, is_pure=True, pack=4)
     even = pairs.to(tl.uint16).to(tl.bfloat16, bitcast=True)
     odd = (pairs >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
@@ -158,7 +167,7 @@ def mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N
     if MX_FP16:
         b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(tl.float16)
     elif LAYOUT == "hopper" and not INTERPRETER:
-        b_w = mx_dequant_bf16_pairs(w_packed, w_scales, BLOCK_N, BLOCK_K)
+        b_w = mx_dequant_bf16_pairs(w_packed, w_scales, BLOCK_N, BLOCK_K, False)
     else:
         even, odd = mx_dequant_bf16(w_packed, w_scales, BLOCK_N, BLOCK_K, INTERPRETER)
         b_w = tl.join(even, odd).reshape(BLOCK_N, BLOCK_K)
@@ -348,17 +357,50 @@ def k_loop_mx(
     The tiles are dequantized in registers (exactly) to bf16 (`mx_dequant_bf16`; fp16 when MX_FP16, to match an fp16
     A) and fed to `tl.dot`. (`tl.dot_scaled`, which Triton emulates on Hopper the same way, measured slower.)
     MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end, the
-    weight tile being the dot's left operand. Measured faster with 256 x 128 tiles; Triton 3.6 still stages the
-    expanded tile through shared memory (an SS wgmma, m64n256k16: benchmarks/compile_report.py --ptx).
+    weight tile being the dot's left operand (with a "hopper" weight, its register operand).
     MX_PREFETCH expands the next step's weight tile after issuing this step's dot, so that the expansion can run
     while the tensor cores work.
+
+    A "hopper" weight with bf16 A in decode tiles (BLOCK_M <= 16; wider tiles would spill the registers it takes)
+    on the GPU first runs the loop with e2m1's 2^126 bias folded into the scale (one multiply a pair instead of two),
+    which is exact while every scale is <= 2^1: the usual case for weights. The loop keeps the largest scale it met;
+    past 128 (or a NaN scale) it runs the exact loop again over the same steps.
     """
+    FOLD: tl.constexpr = B_MX == "hopper" and A_MX == "" and BLOCK_M <= 16 and not (INTERPRETER or MX_FP16 or
+                                                                                  MX_PREFETCH)
+    acc, top = _k_steps_mx(
+        a_ptr, w_ptr, mxa_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxa, stride_mxw,
+        pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
+        A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, FOLD,
+    )
+    if FOLD:
+        if tl.max(top) > 128:
+            acc, top = _k_steps_mx(
+                a_ptr, w_ptr, mxa_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxa, stride_mxw,
+                pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
+                A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, False,
+            )
+    return acc
+
+
+@triton.jit
+def _k_steps_mx(
+    a_ptr, w_ptr, mxa_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxa, stride_mxw,
+    pid_m, pid_n, iter_start, iter_end,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
+    A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
+    MX_PREFETCH: tl.constexpr, FOLD: tl.constexpr,
+):
+    """`k_loop_mx`'s K steps [iter_start, iter_end): the accumulator, and with FOLD (the folded expansion) the
+    largest weight scale met per (row, scale column) of the tile (zeros otherwise)."""
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
     if MX_SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    top = tl.zeros((BLOCK_N, BLOCK_K // 32), dtype=tl.uint8)
     if MX_PREFETCH:
         w_next = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, iter_start * BLOCK_K, K,
                                 BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
@@ -366,6 +408,11 @@ def k_loop_mx(
         k0 = it * BLOCK_K
         if MX_PREFETCH:  # expanded during the previous step's dot
             b_w = w_next
+        elif FOLD:
+            w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
+                                             EVEN_K, B_MX)
+            top = tl.maximum(top, w_scales)
+            b_w = mx_dequant_bf16_pairs(w_packed, w_scales, BLOCK_N, BLOCK_K, True)
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
                                  BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
@@ -397,7 +444,7 @@ def k_loop_mx(
                                     BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
     if MX_SWAP:
         acc = tl.trans(acc)
-    return acc
+    return acc, top
 
 
 @triton.jit
