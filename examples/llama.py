@@ -3,6 +3,7 @@
     python examples/llama.py                      # GPU: Llama-3-8B-shaped layers (4 of them), decode and prefill
     python examples/llama.py --size tiny          # anywhere; without a GPU through the Triton interpreter
     python examples/llama.py --num-sms 100        # the swapped model's GEMMs on at most 100 SMs
+    python examples/llama.py --mxfp4              # MXFP4 weights (the bf16 model then holds their exact values)
 
 Random weights from a config (nothing is downloaded). Copy the three lines marked "smgemm" into your own code.
 """
@@ -53,6 +54,8 @@ def main() -> None:
     p.add_argument("--size", choices=SIZES, default="mid" if torch.cuda.is_available() else "tiny")
     p.add_argument("--num-sms", type=int, default=None)
     p.add_argument("--prefill", type=int, default=2048, help="prefill length (GPU)")
+    p.add_argument("--batches", default="1,16,64", help="decode batch sizes (GPU; one step each)")
+    p.add_argument("--mxfp4", action="store_true", help="swap to MXFP4Linear layers (quantized weights)")
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
@@ -60,26 +63,31 @@ def main() -> None:
     model = transformers.LlamaForCausalLM(config).to(device=device, dtype=torch.bfloat16).eval()
 
     ours = copy.deepcopy(model)
-    swapped = smgemm.nn.swap_linears(ours, num_sms=args.num_sms)  # smgemm: every nn.Linear, in place
-    print(f"{device}: Llama {args.size}, {len(swapped)} Linear layers swapped, num_sms={args.num_sms}")
+    swapped = smgemm.nn.swap_linears(ours, num_sms=args.num_sms, mxfp4=args.mxfp4)  # smgemm: every nn.Linear
+    print(f"{device}: Llama {args.size}, {len(swapped)} Linear layers swapped, num_sms={args.num_sms}, "
+          f"mxfp4={args.mxfp4}")
+    if args.mxfp4:  # the reference multiplies the same (dequantized) values in bf16
+        for name in swapped:
+            model.get_submodule(name).weight.copy_(ours.get_submodule(name).weight.dequantize(torch.bfloat16))
 
-    lengths = [(1, "decode, batch 1"), (args.prefill if device == "cuda" else 16, "prefill")]
+    batches = [int(b) for b in args.batches.split(",")] if device == "cuda" else [1]
+    lengths = [(b, 1, f"decode, batch {b}") for b in batches]
+    lengths.append((1, args.prefill if device == "cuda" else 16, "prefill"))
     rows = []
-    for seq, label in lengths:
-        ids = torch.randint(0, config.vocab_size, (1, seq), device=device)
+    for batch, seq, label in lengths:
+        ids = torch.randint(0, config.vocab_size, (batch, seq), device=device)
         ref, got = model(ids).logits.float(), ours(ids).logits.float()
         rel = ((got - ref).norm() / ref.norm()).item()
-        row = {"tokens": f"{seq} ({label})", "rel diff of logits": f"{rel:.2e}"}
+        row = {"tokens": f"{batch} x {seq} ({label})", "rel diff of logits": f"{rel:.2e}"}
         if device == "cuda":
             t_torch = _time_ms(lambda ids=ids: model(ids))
             t_ours = _time_ms(lambda ids=ids: ours(ids))
             row.update({"torch ms": f"{t_torch:.3f}", "smgemm ms": f"{t_ours:.3f}",
                         "speed-up": f"{t_torch / t_ours:.2f}x"})
+        if not rows:
+            print("| " + " | ".join(row) + " |\n|" + "---|" * len(row))
         rows.append(row)
-    keys = list(rows[0])
-    print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
-    for r in rows:
-        print("| " + " | ".join(str(r[k]) for k in keys) + " |")
+        print("| " + " | ".join(str(v) for v in row.values()) + " |", flush=True)
     # Logits are bf16 sums over the whole model: run-to-run differences of ~1e-2 relative are the bf16 rounding of
     # different (both valid) accumulation orders; tests/test_llama.py checks accuracy against float64.
 
