@@ -281,12 +281,16 @@ def test_errors(device):
 # ---------------------------------------------------------------- modules, autograd, compile
 
 
-def test_mxfp4_linear_module_and_activation_gradient(device):
-    lin = torch.nn.Linear(64, 24, device=device, dtype=torch.bfloat16)
+@pytest.mark.parametrize("k,layout", [(64, "ocp"), (128, "hopper")])
+def test_mxfp4_linear_module_and_activation_gradient(k, layout, device):
+    """Through the custom op (the input requires grad): forward and the activation gradient, which dequantizes the
+    stored weight in its own layout."""
+    lin = torch.nn.Linear(k, 24, device=device, dtype=torch.bfloat16)
     q = smgemm.nn.MXFP4Linear.from_linear(lin, num_sms=2)
-    assert q.bias is lin.bias and q.weight_data.dtype == torch.uint8 and "mxfp4" in repr(q)
-    deq = q.weight.dequantize(torch.bfloat16)
-    x = randn((5, 64), torch.bfloat16, device).requires_grad_()
+    assert q.bias is lin.bias and q.weight_data.dtype == torch.uint8 and f"mxfp4 ({layout})" in repr(q)
+    deq = smgemm.quantize_mxfp4(lin.weight.detach()).dequantize(torch.bfloat16)
+    torch.testing.assert_close(q.weight.dequantize(torch.bfloat16), deq, rtol=0, atol=0)
+    x = randn((5, k), torch.bfloat16, device).requires_grad_()
     y = q(x)
     assert_gemm_close(y, x.detach(), deq.t().float(), beta=1.0, c=lin.bias.detach())
     g = randn((5, 24), torch.bfloat16, device)
@@ -296,11 +300,12 @@ def test_mxfp4_linear_module_and_activation_gradient(device):
 
 
 def test_swap_linears_mxfp4_and_compile(device):
-    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
     model = model.to(torch.bfloat16)
     names = smgemm.nn.swap_linears(model, mxfp4=True)
     assert names == ["0", "2"] and all(isinstance(model[i], smgemm.nn.MXFP4Linear) for i in (0, 2))
-    x = randn((4, 64), torch.bfloat16, device)
+    assert (model[0].layout, model[2].layout) == ("hopper", "ocp")  # the op carries each weight's layout
+    x = randn((4, 128), torch.bfloat16, device)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     with torch.no_grad():

@@ -178,6 +178,9 @@ def test_vmap_runs_the_batched_kernels(device):
     w_mx = wq.dequantize(torch.float64)
     cases.append((lambda a, b: smgemm.linear(a, wq, b), (0, 0), (x, bias),
                   lambda a, b: (a.double() @ w_mx.t() + b.double()).to(f16)))
+    wh = smgemm.quantize_mxfp4(torch.randn(8, 128), layout="hopper").to(device)  # the op carries the layout
+    wh_mx, xh = wh.dequantize(torch.float64), randn((5, 6, 128), f16, device)
+    cases.append((lambda a: smgemm.linear(a, wh), (0,), (xh,), lambda a: (a.double() @ wh_mx.t()).to(f16)))
     for fn, in_dims, args, ref in cases:
         got = vmap(fn, in_dims=in_dims)(*args)
         moved = [arg.movedim(d, 0) if d is not None else arg for arg, d in zip(args, in_dims)]
