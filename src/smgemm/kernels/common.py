@@ -236,11 +236,20 @@ def k_loop(
     stride_bk, stride_bn = b_strides
     stride_mxa, stride_mxb = mx_strides
     if B_MX != "":
-        acc = k_loop_mx(
+        # A "hopper" weight's decode tiles (bf16 A, BLOCK_M <= 16; wider tiles would spill the registers it takes)
+        # first fold e2m1's bias into the scale (`k_loop_mx` FOLD); a tile that met a scale past 2^1 runs again exactly.
+        FOLD: tl.constexpr = B_MX == "hopper" and A_MX == "" and BLOCK_M <= 16 and not (
+            INTERPRETER or MX_FP16 or MX_PREFETCH)
+        acc, top = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-            A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH,
-        )
+            A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, FOLD)
+        if FOLD:
+            if tl.max(top) > 128:
+                acc, top = k_loop_mx(
+                    a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
+                    pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
+                    A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, False)
     else:
         acc = k_loop_dense(
             a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, matrix, iter_start,
@@ -349,51 +358,21 @@ def k_loop_mx(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
-    MX_PREFETCH: tl.constexpr,
+    MX_PREFETCH: tl.constexpr, FOLD: tl.constexpr,
 ):
     """k_loop with an MXFP4 weight W [N, K/2] (scales in mxw) and A bf16 / fp16 (dense, read per A_DESC) or MXFP4
-    (A_MX: [M, K/2], scales in mxa). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator of A @ W^T.
+    (A_MX: [M, K/2], scales in mxa), K steps [iter_start, iter_end). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator
+    of A @ W^T, and with FOLD the largest weight scale met per (row, scale column) of the tile (zeros otherwise).
 
     The tiles are dequantized in registers (exactly) to bf16 (`mx_dequant_bf16`; fp16 when MX_FP16, to match an fp16
     A) and fed to `tl.dot`. (`tl.dot_scaled`, which Triton emulates on Hopper the same way, measured slower.)
     MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end, the
     weight tile being the dot's left operand (with a "hopper" weight, its register operand).
     MX_PREFETCH expands the next step's weight tile after issuing this step's dot, so that the expansion can run
-    while the tensor cores work.
-
-    A "hopper" weight with bf16 A in decode tiles (BLOCK_M <= 16; wider tiles would spill the registers it takes)
-    on the GPU first runs the loop with e2m1's 2^126 bias folded into the scale (one multiply a pair instead of two),
-    which is exact while every scale is <= 2^1: the usual case for weights. The loop keeps the largest scale it met;
-    past 128 (or a NaN scale) it runs the exact loop again over the same steps.
+    while the tensor cores work. FOLD ("hopper" weight, GPU) expands with e2m1's 2^126 bias folded into the scale
+    (one multiply a pair instead of two): exact while every scale is <= 2^1, the usual case for weights; the caller
+    runs the loop again without it when the returned scales say otherwise.
     """
-    FOLD: tl.constexpr = B_MX == "hopper" and A_MX == "" and BLOCK_M <= 16 and not (INTERPRETER or MX_FP16 or
-                                                                                  MX_PREFETCH)
-    acc, top = _k_steps_mx(
-        a_ptr, w_ptr, mxa_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxa, stride_mxw,
-        pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-        A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, FOLD,
-    )
-    if FOLD:
-        if tl.max(top) > 128:
-            acc, top = _k_steps_mx(
-                a_ptr, w_ptr, mxa_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxa, stride_mxw,
-                pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-                A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, False,
-            )
-    return acc
-
-
-@triton.jit
-def _k_steps_mx(
-    a_ptr, w_ptr, mxa_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxa, stride_mxw,
-    pid_m, pid_n, iter_start, iter_end,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
-    A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
-    MX_PREFETCH: tl.constexpr, FOLD: tl.constexpr,
-):
-    """`k_loop_mx`'s K steps [iter_start, iter_end): the accumulator, and with FOLD (the folded expansion) the
-    largest weight scale met per (row, scale column) of the tile (zeros otherwise)."""
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
     if MX_SWAP:
