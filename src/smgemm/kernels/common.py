@@ -42,21 +42,37 @@ def round_to_bf16_rtne(x):
 
 
 @triton.jit
+def _e2m1_code_values(codes):
+    """fp32 values of e2m1 `codes` (uint8 0..15), unscaled. Exact.
+
+    An e2m1 code's 3 magnitude bits placed at fp32 bits 24..22 (exponent field = the e2m1 exponent e, top mantissa
+    bit = m) read as 2^(e - 127) * 1.m for e > 0 and as the subnormal 2^-127 * 0.m for e = 0: the e2m1 value times
+    2^-126 in every case, sign included. Multiplying by 2^126 (exact) gives the value; 4 integer ops per element."""
+    codes = codes.to(tl.uint32)
+    bits = ((codes & 7) << 22) | ((codes & 8) << 28)
+    return bits.to(tl.float32, bitcast=True) * 8.507059173023462e37  # 2^126
+
+
+@triton.jit
+def _e8m0_scales(scales):
+    """fp32 2^(s - 127) of e8m0 `scales` from its bits: exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN).
+    Bit arithmetic, not exp2, whose fast GPU form flushes subnormals."""
+    s = scales.to(tl.uint32)
+    return tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e2m1_value(codes, scales):
+    """fp32 values of e2m1 `codes` (uint8 0..15) times e8m0 `scales` of the same shape. Exact; NaN for scale 255."""
+    return _e2m1_code_values(codes) * _e8m0_scales(scales)
+
+
+@triton.jit
 def e2m1_values(codes, scales, ROWS: tl.constexpr, COLS: tl.constexpr, GROUP: tl.constexpr):
     """[ROWS, COLS] fp32 values of e2m1 `codes` (uint8 0..15) times their e8m0 `scales` (uint8 [ROWS, COLS // GROUP],
     one per GROUP consecutive columns). Exact (e2m1 times a power of two); NaN for scale 255."""
-    codes = codes.to(tl.uint32)
-    # An e2m1 code's 3 magnitude bits placed at fp32 bits 24..22 (exponent field = the e2m1 exponent e, top mantissa
-    # bit = m) read as 2^(e - 127) * 1.m for e > 0 and as the subnormal 2^-127 * 0.m for e = 0: the e2m1 value times
-    # 2^-126 in every case, sign included. Multiplying by 2^126 (exact) gives the value; 4 integer ops per element.
-    bits = ((codes & 7) << 22) | ((codes & 8) << 28)
-    value = bits.to(tl.float32, bitcast=True) * 8.507059173023462e37  # 2^126
-    # 2^(s - 127) from its bits: exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN). Bit arithmetic, not
-    # exp2, whose fast GPU form flushes subnormals.
-    s = scales.to(tl.uint32)
-    scale_bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
-    scale = scale_bits.to(tl.float32, bitcast=True)
-    return (value.reshape(ROWS, COLS // GROUP, GROUP) * scale[:, :, None]).reshape(ROWS, COLS)
+    value = _e2m1_code_values(codes)
+    return (value.reshape(ROWS, COLS // GROUP, GROUP) * _e8m0_scales(scales)[:, :, None]).reshape(ROWS, COLS)
 
 
 @triton.jit
@@ -88,20 +104,21 @@ def _e2m1x8_to_bf16_asm() -> str:
 _E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
 
 
-# The same expansion with (even, odd) pairs out: $4 the bytes b0..b3, $5..$8 each byte's bf16x2 factor; $k (k < 4)
-# the bf16x2 (element 2i, element 2i + 1) of byte k, one MMA fragment register ("hopper" layout). The factor is the
-# scale (s, s), or with `folded` the scale times 2^126 (2^(s - 1), a bf16 for s <= 128): one multiply a pair, not two.
-def _e2m1x8_to_bf16_pairs_asm(folded: bool) -> str:
+# The same expansion for the "hopper" layout, one 32-bit word at a time: $4 a word of 4 stored bytes, $5 the bf16x2
+# factor of its scale group (the 4 bytes share one); $k (k < 4) the bf16x2 (element 2i, element 2i + 1) of byte k,
+# one MMA fragment register. The factor is the scale (s, s), or with `folded` the scale times 2^126 (2^(s - 1), a
+# bf16 for s <= 128): one multiply a pair instead of two.
+def _e2m1x8_words_asm(folded: bool) -> str:
     bias = "" if folded else "mul.rn.bf16x2 t, t, c; "
     pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; " + bias + \
-           "mul.rn.bf16x2 ${out}, t, ${scale};"
-    outs = [pair.format(out=k, sel=f"0x8{4 + k}8{k}", scale=5 + k) for k in range(4)]
+           "mul.rn.bf16x2 ${out}, t, $5;"
+    outs = [pair.format(out=k, sel=f"0x8{4 + k}8{k}") for k in range(4)]
     return "\n".join(["{", ".reg .b32 x, h, t, c;", "mov.b32 c, 0x7E807E80;", "and.b32 x, $4, 0x0F0F0F0F;",
                       "shr.b32 h, $4, 4;", "and.b32 h, h, 0x0F0F0F0F;", *outs, "}"])
 
 
-_E2M1X8_TO_BF16_PAIRS: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_pairs_asm(False))
-_E2M1X8_TO_BF16_PAIRS_FOLDED: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_pairs_asm(True))
+_E2M1X8_WORDS: tl.constexpr = tl.constexpr(_e2m1x8_words_asm(False))
+_E2M1X8_WORDS_FOLDED: tl.constexpr = tl.constexpr(_e2m1x8_words_asm(True))
 
 
 @triton.jit
@@ -134,25 +151,61 @@ def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, I
 
 
 @triton.jit
-def mx_dequant_bf16_pairs(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FOLDED: tl.constexpr):
-    """`mx_dequant_bf16` as one [ROWS, BLOCK_K] bf16 tile, each byte expanded to one (even, odd) register pair
-    (GPU only). With the "hopper" layout's loads, the pairs land where the MMA fragment wants them. FOLDED: exact
-    only where every scale is <= 128 (2^1), with one multiply a pair instead of two (`k_loop_mx` checks)."""
-    HALF: tl.constexpr = BLOCK_K // 2
-    s = scales.to(tl.uint32)
-    if FOLDED:  # bf16 bits of 2^(s - 1): exponent field s + 126
-        scale = (s + 126) << 7
-        asm: tl.constexpr = _E2M1X8_TO_BF16_PAIRS_FOLDED
-    else:  # of 2^(s - 127): exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN)
-        scale = tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7))
-        asm: tl.constexpr = _E2M1X8_TO_BF16_PAIRS
-    scale = scale | (scale << 16)
-    scale = tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 16)).reshape(ROWS, HALF)
-    pairs = tl.inline_asm_elementwise(asm, "=r,=r,=r,=r,r,r,r,r,r", [packed, scale],
-                                      dtype=tl.uint32, is_pure=True, pack=4)
+def _pair_bits(word, shift, s):
+    """The interpreter's stand-in for one output of `_e2m1x8_words_asm`: the bf16x2 bits (even element low) of the
+    byte at bit `shift` of `word` under e8m0 scale `s` (exact, through fp32)."""
+    lo = e2m1_value((word >> shift) & 0xF, s)
+    hi = e2m1_value((word >> (shift + 4)) & 0xF, s)
+    return (lo.to(tl.uint32, bitcast=True) >> 16) | (hi.to(tl.uint32, bitcast=True) & 0xFFFF0000)
+
+
+@triton.jit
+def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr,
+                          FOLDED: tl.constexpr):
+    """The [BLOCK_N, BLOCK_K] bf16 tile at K offset k0 of a "hopper" MXFP4 weight [N, K/2] (row stride and base
+    multiples of 16 bytes; K and BLOCK_K multiples of 128), and its e8m0 scales [BLOCK_N, BLOCK_K // 32].
+
+    Each thread loads whole 32-bit words, 4 stored bytes of one row: word (g, t, jw) of a row's step holds the "ocp"
+    bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g, which share one scale group. One asm block expands a word
+    into 4 bf16x2 pairs (element 2i, 2i + 1); joining and permuting them into K order only renames registers on the
+    GPU: the pairs are the MMA fragments. FOLDED: 2^126 folded into the scale, exact only while every scale is
+    <= 128 (`k_loop` checks the scales returned). The interpreter computes the same pairs through fp32.
+    """
+    WORDS: tl.constexpr = BLOCK_K // 8
+    G: tl.constexpr = BLOCK_K // 128
+    offs_w = k0 // 8 + tl.arange(0, WORDS)
+    offs_s = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+    p_words = w_ptr.to(tl.pointer_type(tl.uint32)) + offs_n[:, None] * (stride_wn // 4) + offs_w[None, :]
+    p_scale = mxw_ptr + offs_n[:, None] * stride_mxw + offs_s[None, :]
+    if EVEN_K:
+        words = tl.load(p_words)
+        scales = tl.load(p_scale)
+    else:  # whole 128-element groups: a word is in or out with its group
+        words = tl.load(p_words, mask=offs_w[None, :] < K // 8, other=0)
+        scales = tl.load(p_scale, mask=offs_s[None, :] < K // 32, other=127)
+    s = tl.broadcast_to(scales.reshape(BLOCK_N, G, 1, 4), (BLOCK_N, G, 4, 4)).reshape(BLOCK_N, WORDS)
+    if INTERPRETER:
+        o0 = _pair_bits(words, 0, s)
+        o1 = _pair_bits(words, 8, s)
+        o2 = _pair_bits(words, 16, s)
+        o3 = _pair_bits(words, 24, s)
+    else:
+        f = s.to(tl.uint32)
+        if FOLDED:  # bf16 bits of 2^(s - 1): exponent field s + 126
+            f = (f + 126) << 7
+            asm: tl.constexpr = _E2M1X8_WORDS_FOLDED
+        else:  # of 2^(s - 127): exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN)
+            f = tl.where(f == 0, 0x0040, tl.where(f == 255, 0x7FC0, f << 7))
+            asm: tl.constexpr = _E2M1X8_WORDS
+        o0, o1, o2, o3 = tl.inline_asm_elementwise(
+            asm, "=r,=r,=r,=r,r,r", [words, f | (f << 16)], dtype=(tl.uint32, tl.uint32, tl.uint32, tl.uint32),
+            is_pure=True, pack=1)
+    pairs = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [.., p, q] = output 2 p + q: byte jj of the word
+    pairs = pairs.reshape(BLOCK_N, G, 4, 4, 4).permute(0, 1, 3, 4, 2).reshape(BLOCK_N, BLOCK_K // 2)  # (jw, jj, t)
     even = pairs.to(tl.uint16).to(tl.bfloat16, bitcast=True)
     odd = (pairs >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    return tl.join(even, odd).reshape(ROWS, BLOCK_K)
+    return tl.join(even, odd).reshape(BLOCK_N, BLOCK_K), scales
 
 
 @triton.jit
@@ -162,12 +215,13 @@ def mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N
     """The [BLOCK_N, BLOCK_K] weight tile at K offset k0 of an MXFP4 weight [N, K/2] (bytes in LAYOUT), expanded
     (exactly) to bf16, or to fp16 when MX_FP16 (fp16 cannot hold most scales' range: the exact fp32 values are
     rounded once)."""
+    if LAYOUT == "hopper" and not MX_FP16:
+        return mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
+                                     INTERPRETER, False)[0]
     w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
                                      LAYOUT)
     if MX_FP16:
         b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(tl.float16)
-    elif LAYOUT == "hopper" and not INTERPRETER:
-        b_w = mx_dequant_bf16_pairs(w_packed, w_scales, BLOCK_N, BLOCK_K, False)
     else:
         even, odd = mx_dequant_bf16(w_packed, w_scales, BLOCK_N, BLOCK_K, INTERPRETER)
         b_w = tl.join(even, odd).reshape(BLOCK_N, BLOCK_K)
@@ -388,10 +442,9 @@ def k_loop_mx(
         if MX_PREFETCH:  # expanded during the previous step's dot
             b_w = w_next
         elif FOLD:
-            w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
-                                             EVEN_K, B_MX)
+            b_w, w_scales = mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N,
+                                                  BLOCK_K, EVEN_K, INTERPRETER, True)
             top = tl.maximum(top, w_scales)
-            b_w = mx_dequant_bf16_pairs(w_packed, w_scales, BLOCK_N, BLOCK_K, True)
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
                                  BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
