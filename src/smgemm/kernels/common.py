@@ -104,17 +104,23 @@ def _e2m1x8_to_bf16_asm() -> str:
 _E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
 
 
-# The same expansion for the "hopper" layout, one 32-bit word at a time: $4 a word of 4 stored bytes, $5 the bf16x2
-# factor of its scale group (the 4 bytes share one); $k (k < 4) the bf16x2 (element 2i, element 2i + 1) of byte k,
-# one MMA fragment register. The factor is the scale (s, s), or with `folded` the scale times 2^126 (2^(s - 1), a
-# bf16 for s <= 128): one multiply a pair instead of two.
+# The expansion of a "hopper" word (`mxfp4.WORD_BITS`): $4 a word of 4 stored bytes, $5 the bf16x2 factor of its
+# scale group (the 4 bytes share one). Out: $k (k < 4) the bf16x2 (element 2i, element 2i + 1) of byte k, one MMA
+# fragment register: its bits, placed by an AND (byte 0), a shift and an AND (bytes 1, 2) or three shifts and their
+# ANDs (byte 3), read as the two e2m1 values times 2^-126 (as in `_e2m1_code_values`), then multiplied by 2^126 and
+# the scale, or with `folded` by the one factor 2^(s - 1) (a bf16 for s <= 128). 10 integer instructions and 4 (8)
+# bf16x2 multiplies for 8 values.
+_PAIR_MASK = 0x81C081C0
+
+
 def _e2m1x8_words_asm(folded: bool) -> str:
-    bias = "" if folded else "mul.rn.bf16x2 t, t, c; "
-    pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; " + bias + \
-           "mul.rn.bf16x2 ${out}, t, $5;"
-    outs = [pair.format(out=k, sel=f"0x8{4 + k}8{k}") for k in range(4)]
-    return "\n".join(["{", ".reg .b32 x, h, t, c;", "mov.b32 c, 0x7E807E80;", "and.b32 x, $4, 0x0F0F0F0F;",
-                      "shr.b32 h, $4, 4;", "and.b32 h, h, 0x0F0F0F0F;", *outs, "}"])
+    scale = "mul.rn.bf16x2 ${k}, t, $5;" if folded else "mul.rn.bf16x2 t, t, c; mul.rn.bf16x2 ${k}, t, $5;"
+    places = ["and.b32 t, $4, {mask};", "shl.b32 t, $4, 3; and.b32 t, t, {mask};",
+              "shl.b32 t, $4, 6; and.b32 t, t, {mask};",
+              "shl.b32 t, $4, 1; and.b32 t, t, 0x80008000; shr.b32 u, $4, 3; and.b32 u, u, 0x01800180; "
+              "or.b32 t, t, u; shr.b32 u, $4, 7; and.b32 u, u, 0x00400040; or.b32 t, t, u;"]
+    body = [place.format(mask=hex(_PAIR_MASK)) + " " + scale.format(k=k) for k, place in enumerate(places)]
+    return "\n".join(["{", ".reg .b32 t, u, c;", "mov.b32 c, 0x7E807E80;", *body, "}"])
 
 
 _E2M1X8_WORDS: tl.constexpr = tl.constexpr(_e2m1x8_words_asm(False))
@@ -151,12 +157,57 @@ def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, I
 
 
 @triton.jit
-def _pair_bits(word, shift, s):
-    """The interpreter's stand-in for one output of `_e2m1x8_words_asm`: the bf16x2 bits (even element low) of the
-    byte at bit `shift` of `word` under e8m0 scale `s` (exact, through fp32)."""
-    lo = e2m1_value((word >> shift) & 0xF, s)
-    hi = e2m1_value((word >> (shift + 4)) & 0xF, s)
+def _word_pair_bits(word, K: tl.constexpr):
+    """Byte K's two e2m1 codes of a "hopper" word placed as a bf16x2 of their values times 2^-126 (the integer part
+    of `_e2m1x8_words_asm`, for the interpreter and for `load_mx_raw`)."""
+    if K == 0:
+        t = word & 0x81C081C0
+    elif K == 1:
+        t = (word << 3) & 0x81C081C0
+    elif K == 2:
+        t = (word << 6) & 0x81C081C0
+    else:
+        t = ((word << 1) & 0x80008000) | ((word >> 3) & 0x01800180) | ((word >> 7) & 0x00400040)
+    return t
+
+
+@triton.jit
+def _word_pair(word, K: tl.constexpr, s):
+    """The interpreter's stand-in for output K of `_e2m1x8_words_asm`: the same bits, scaled exactly through fp32,
+    as bf16x2 bits (even element low)."""
+    t = _word_pair_bits(word, K)
+    scale = _e8m0_scales(s) * 8.507059173023462e37  # 2^126
+    lo = ((t & 0xFFFF) << 16).to(tl.float32, bitcast=True) * scale
+    hi = (t & 0xFFFF0000).to(tl.float32, bitcast=True) * scale
     return (lo.to(tl.uint32, bitcast=True) >> 16) | (hi.to(tl.uint32, bitcast=True) & 0xFFFF0000)
+
+
+@triton.jit
+def _load_hopper_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
+                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The 32-bit words uint32 [ROWS, BLOCK_K // 8] and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at K offset k0 of a
+    "hopper" MXFP4 operand [rows, K/2] (row stride and base multiples of 16 bytes; K and BLOCK_K multiples of 128).
+    Word (g, t, jw) of a row's step holds the "ocp" bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g (their
+    bits rearranged: `mxfp4.WORD_BITS`), which share one scale group. A K tail reads zero codes with scale 2^0."""
+    offs_w = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+    offs_s = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+    p_words = p_data.to(tl.pointer_type(tl.uint32)) + offs_rows[:, None] * (stride_row // 4) + offs_w[None, :]
+    p_scale = p_scales + offs_rows[:, None] * stride_scale_row + offs_s[None, :]
+    if EVEN_K:
+        words = tl.load(p_words)
+        scales = tl.load(p_scale)
+    else:  # whole 128-element groups: a word is in or out with its group
+        words = tl.load(p_words, mask=offs_w[None, :] < K // 8, other=0)
+        scales = tl.load(p_scale, mask=offs_s[None, :] < K // 32, other=127)
+    return words, scales
+
+
+@triton.jit
+def _hopper_order(o0, o1, o2, o3, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[ROWS, BLOCK_K // 2] in K order from the per-word values of bytes jj = 0..3 ([ROWS, BLOCK_K // 8] each, one
+    per word (g, t, jw)): element (g, jw, jj, t). On the GPU only a renaming of registers."""
+    both = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [.., p, q] = byte 2 p + q of the word
+    return both.reshape(ROWS, BLOCK_K // 128, 4, 4, 4).permute(0, 1, 3, 4, 2).reshape(ROWS, BLOCK_K // 2)
 
 
 @triton.jit
@@ -167,29 +218,21 @@ def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, 
     multiples of 16 bytes; K and BLOCK_K multiples of 128), and its e8m0 scales [BLOCK_N, BLOCK_K // 32].
 
     Each thread loads whole 32-bit words, 4 stored bytes of one row: word (g, t, jw) of a row's step holds the "ocp"
-    bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g, which share one scale group. One asm block expands a word
-    into 4 bf16x2 pairs (element 2i, 2i + 1); joining and permuting them into K order only renames registers on the
-    GPU: the pairs are the MMA fragments. FOLDED: 2^126 folded into the scale, exact only while every scale is
-    <= 128 (`k_loop` checks the scales returned). The interpreter computes the same pairs through fp32.
+    bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g (their bits rearranged: `mxfp4.WORD_BITS`), which share one
+    scale group. One asm block expands a word into 4 bf16x2 pairs (element 2i, 2i + 1); joining and permuting them
+    into K order only renames registers on the GPU: the pairs are the MMA fragments. FOLDED: 2^126 folded into the
+    scale, exact only while every scale is <= 128 (`k_loop` checks the scales returned). The interpreter computes the
+    same pairs through fp32.
     """
-    WORDS: tl.constexpr = BLOCK_K // 8
+    words, scales = _load_hopper_words(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
+                                       EVEN_K)
     G: tl.constexpr = BLOCK_K // 128
-    offs_w = k0 // 8 + tl.arange(0, WORDS)
-    offs_s = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-    p_words = w_ptr.to(tl.pointer_type(tl.uint32)) + offs_n[:, None] * (stride_wn // 4) + offs_w[None, :]
-    p_scale = mxw_ptr + offs_n[:, None] * stride_mxw + offs_s[None, :]
-    if EVEN_K:
-        words = tl.load(p_words)
-        scales = tl.load(p_scale)
-    else:  # whole 128-element groups: a word is in or out with its group
-        words = tl.load(p_words, mask=offs_w[None, :] < K // 8, other=0)
-        scales = tl.load(p_scale, mask=offs_s[None, :] < K // 32, other=127)
-    s = tl.broadcast_to(scales.reshape(BLOCK_N, G, 1, 4), (BLOCK_N, G, 4, 4)).reshape(BLOCK_N, WORDS)
+    s = tl.broadcast_to(scales.reshape(BLOCK_N, G, 1, 4), (BLOCK_N, G, 4, 4)).reshape(BLOCK_N, BLOCK_K // 8)
     if INTERPRETER:
-        o0 = _pair_bits(words, 0, s)
-        o1 = _pair_bits(words, 8, s)
-        o2 = _pair_bits(words, 16, s)
-        o3 = _pair_bits(words, 24, s)
+        o0 = _word_pair(words, 0, s)
+        o1 = _word_pair(words, 1, s)
+        o2 = _word_pair(words, 2, s)
+        o3 = _word_pair(words, 3, s)
     else:
         f = s.to(tl.uint32)
         if FOLDED:  # bf16 bits of 2^(s - 1): exponent field s + 126
@@ -201,8 +244,7 @@ def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, 
         o0, o1, o2, o3 = tl.inline_asm_elementwise(
             asm, "=r,=r,=r,=r,r,r", [words, f | (f << 16)], dtype=(tl.uint32, tl.uint32, tl.uint32, tl.uint32),
             is_pure=True, pack=1)
-    pairs = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [.., p, q] = output 2 p + q: byte jj of the word
-    pairs = pairs.reshape(BLOCK_N, G, 4, 4, 4).permute(0, 1, 3, 4, 2).reshape(BLOCK_N, BLOCK_K // 2)  # (jw, jj, t)
+    pairs = _hopper_order(o0, o1, o2, o3, BLOCK_N, BLOCK_K)
     even = pairs.to(tl.uint16).to(tl.bfloat16, bitcast=True)
     odd = (pairs >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     return tl.join(even, odd).reshape(BLOCK_N, BLOCK_K), scales
@@ -234,8 +276,16 @@ def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K
     """The packed bytes uint8 [ROWS, BLOCK_K // 2] (in "ocp" order) and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at
     K offset k0 of an MXFP4 operand stored [rows, K / 2] (packed along K, bytes in LAYOUT). A K tail (K is a
     multiple of 32, so it covers whole scale groups) reads zero codes with scale 2^0. A "hopper" operand (K a
-    multiple of 128, BLOCK_K too) is read as stored and put back in order by a reshape and a permute, which on the GPU
-    only renames registers: each thread loads the 16 contiguous bytes its MMA fragments need (`mxfp4.LAYOUTS`)."""
+    multiple of 128, BLOCK_K too) is read as words (`_load_hopper_words`), its bytes rebuilt from their rearranged
+    bits: the path of fp16 and MXFP4 activations; bf16 ones expand a hopper weight in `mx_hopper_weight_tile`."""
+    if LAYOUT == "hopper":
+        words, scales = _load_hopper_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K, ROWS,
+                                           BLOCK_K, EVEN_K)
+        b0 = _pair_byte(_word_pair_bits(words, 0))
+        b1 = _pair_byte(_word_pair_bits(words, 1))
+        b2 = _pair_byte(_word_pair_bits(words, 2))
+        b3 = _pair_byte(_word_pair_bits(words, 3))
+        return _hopper_order(b0, b1, b2, b3, ROWS, BLOCK_K), scales
     offs_kp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     offs_ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
     p_packed = p_data + offs_rows[:, None] * stride_row + offs_kp[None, :]
@@ -246,9 +296,15 @@ def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K
     else:
         packed = tl.load(p_packed, mask=offs_kp[None, :] < K // 2, other=0)
         scales = tl.load(p_scale, mask=offs_ks[None, :] < K // 32, other=127)
-    if LAYOUT == "hopper":  # stored [groups, t, j] -> [groups, j, t]: byte 4 j + t of each 64-byte group
-        packed = packed.reshape(ROWS, BLOCK_K // 128, 4, 16).permute(0, 1, 3, 2).reshape(ROWS, BLOCK_K // 2)
     return packed, scales
+
+
+@triton.jit
+def _pair_byte(t):
+    """The "ocp" byte (even code low, odd code high) of a `_word_pair_bits` pair."""
+    lo = ((t >> 6) & 7) | ((t >> 12) & 8)
+    hi = ((t >> 22) & 7) | ((t >> 28) & 8)
+    return (lo | (hi << 4)).to(tl.uint8)
 
 
 @triton.jit
