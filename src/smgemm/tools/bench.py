@@ -20,6 +20,7 @@ import smgemm
 
 from .._device import INTERPRETER_SPEC, device_spec, tf32_enabled
 from .._launch import row_alignment
+from ..mxfp4 import LAYOUTS
 from ..plan import DTYPES, decide, make_mx_plan, make_plan, mx_expands
 from .timing import (
     PLOT_SKIPPED,
@@ -209,6 +210,10 @@ def plot_budgets(rows: list[dict[str, object]], path: str, label: str = "bf16") 
 
 MXFP4_DECODE = [(m, n, k) for m in (1, 16, 32, 64) for n, k in ((4096, 4096), (8192, 8192), (14336, 4096))]
 MXFP4_LARGE = [(4096, 4096, 4096), (4096, 14336, 4096), (8192, 8192, 8192)]
+# Llama-3 8B and 70B projection weights [N, K] (q/o, k/v, gate/up, down, lm_head) at decode and small-prefill M
+LLAMA_WEIGHTS = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
+                 (8192, 8192), (1024, 8192), (28672, 8192), (8192, 28672), (128256, 8192)]
+MXFP4_LLAMA = [(m, n, k) for m in (1, 4, 16, 32, 64, 128) for n, k in LLAMA_WEIGHTS]
 
 
 def mx_decode_sets(m: int, n: int, k: int) -> list[tuple]:
@@ -245,10 +250,11 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (time_rotating(lambda s, d: d.copy_(s), [(src, dst)]) * 1e3)
 
 
-def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[dict[str, object]]:
+def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False,
+                layouts: tuple[str, ...] = ("ocp", "hopper")) -> list[dict[str, object]]:
     """smgemm.linear with an MXFP4 weight (and MXFP4 activations if `both`) vs torch.matmul in bf16 on the
     dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies), the weight in
-    each byte layout (`mxfp4.LAYOUTS`) its K allows. Decode rows (M <= 64) also give CUDA-graph times and the read
+    each of `layouts` (`mxfp4.LAYOUTS`) its K allows. Rows with M <= 128 also give CUDA-graph times and the read
     floor: the packed weight's bytes at the copy bandwidth measured in the same run, and its fraction of smgemm's
     graph time."""
     spec = device_spec(torch.device("cuda"))
@@ -262,8 +268,8 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False) -> list[
             sets.append(((xq, w), (x_ref, w_ref.t())))
         peer = [p for _, p in sets]
         t_peer = time_rotating(torch.matmul, peer)
-        g_peer = graph_rotating(torch.matmul, peer) if m <= 64 else None
-        for layout in ("ocp", "hopper") if k % 128 == 0 else ("ocp",):
+        g_peer = graph_rotating(torch.matmul, peer) if m <= 128 else None
+        for layout in (t for t in layouts if t == "ocp" or k % 128 == 0):
             ours = [(a, w.to_layout(layout)) for (a, w), _ in sets]
             err = rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
             t_ours = time_rotating(lambda a, w: smgemm.linear(a, w), ours)
@@ -360,6 +366,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma list; the first one's ratio to torch is printed")
     p.add_argument("--no-overhead", action="store_true", help="skip the host-overhead table")
     p.add_argument("--mxfp4", action="store_true", help="also the MXFP4 tables (decode and large shapes)")
+    p.add_argument("--mxfp4-shapes", default="default", choices=("default", "llama"),
+                   help="the MXFP4 table's problems: decode and large shapes, or the Llama-3 8B and 70B projections "
+                        "at M = 1-128")
+    p.add_argument("--mxfp4-layouts", default=["ocp", "hopper"], type=choices_list(LAYOUTS),
+                   help="comma list of the weight's byte layouts to time")
     p.add_argument("--batched", action="store_true",
                    help="also smgemm.bmm vs torch.bmm (attention- and MoE-like shapes; full chip and 66 SMs)")
 
@@ -393,7 +404,12 @@ def run(args: argparse.Namespace) -> int:
                     print(plot_budgets(budget_rows, args.plot.replace(".png", f"_{name}.png"), name))
     if args.mxfp4:
         print("\n## MXFP4: smgemm.linear(x, quantize_mxfp4(w)) vs torch.matmul in bf16 on the dequantized weight")
-        print(table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE) + bench_mxfp4(MXFP4_LARGE, both=True)))
+        layouts = tuple(args.mxfp4_layouts)
+        if args.mxfp4_shapes == "llama":
+            print(table(bench_mxfp4(MXFP4_LLAMA, layouts=layouts)))
+        else:
+            print(table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE, layouts=layouts)
+                        + bench_mxfp4(MXFP4_LARGE, both=True, layouts=layouts)))
     if args.batched:
         for name in args.dtype or ["bf16"]:
             if name in ("bf16", "fp16"):
