@@ -67,41 +67,40 @@ def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     return e2m1_values(codes, scales, ROWS, BLOCK_K, 32)
 
 
-# e2m1 pairs to bf16 on the GPU, 4 packed bytes (8 values) per asm block: $4 the bytes b0..b3; $5, $6 the bf16x2
-# scales of (b0, b1) and (b2, b3). Out: $0, $1 the low nibbles' values (even k) of (b0, b1), (b2, b3); $2, $3 the
-# high nibbles' (odd k). x / h hold the low / high nibbles of the four bytes; per output one PRMT puts two nibbles in
-# the low bits of the two 16-bit halves (a selector nibble with bit 3 set reads a byte below 0x80 as zero), the
+# e2m1 pairs to bf16 on the GPU, 4 packed bytes (8 values) per asm block: $4 the bytes b0..b3, then the bf16x2
+# scales. x / h hold the low / high nibbles of the four bytes; per output one PRMT (selector `sel`) puts two nibbles
+# in the low bits of the two 16-bit halves (a selector nibble with bit 3 set reads a byte below 0x80 as zero), the
 # multiply by 0x1040 (t << 6 plus t << 12, which cannot overlap for 4-bit halves) moves each nibble's 3 magnitude
 # bits to bf16 bits 8..6 and its sign to bit 15, and the mask keeps them: the e2m1 value times 2^-126 (the same trick
 # as `e2m1_values`, subnormal for the codes 0 and 0.5). Multiplying by 2^126 and by the scale (bf16 multiplies keep
-# subnormals, and every product is exact or overflows to inf) gives the value. 23 instructions per 8 values (the
-# shift-and-mask form takes 26; the fp32 route about 10 per value).
-def _e2m1x8_to_bf16_asm() -> str:
-    pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; mul.rn.bf16x2 t, t, c; " \
-           "mul.rn.bf16x2 ${out}, t, ${scale};"
-    outs = [pair.format(out=out, sel=sel, scale=5 + out % 2)
-            for out, sel in enumerate(("0x8180", "0x8382", "0x8584", "0x8786"))]
-    return "\n".join(["{", ".reg .b32 x, h, t, c;", "mov.b32 c, 0x7E807E80;", "and.b32 x, $4, 0x0F0F0F0F;",
-                      "shr.b32 h, $4, 4;", "and.b32 h, h, 0x0F0F0F0F;", *outs, "}"])
-
-
-_E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
-
-
-# The same expansion with (even, odd) pairs out: $4 the bytes b0..b3, $5..$8 each byte's bf16x2 factor; $k (k < 4)
-# the bf16x2 (element 2i, element 2i + 1) of byte k, one MMA fragment register ("hopper" layout). The factor is the
-# scale (s, s), or with `folded` the scale times 2^126 (2^(s - 1), a bf16 for s <= 128): one multiply a pair, not two.
-def _e2m1x8_to_bf16_pairs_asm(folded: bool) -> str:
+# subnormals, and every product is exact or overflows to inf) gives the value; with `folded` the scale operand is
+# already the scale times 2^126 (2^(s - 1), a bf16 for s <= 128): one multiply a pair instead of two. 23
+# instructions per 8 values unfolded (the shift-and-mask form takes 26; the fp32 route about 10 per value).
+def _e2m1x8_to_bf16_asm(selectors: tuple[str, ...] = ("0x8180", "0x8382", "0x8584", "0x8786"),
+                        scales: tuple[int, ...] = (5, 6, 5, 6), folded: bool = False) -> str:
     bias = "" if folded else "mul.rn.bf16x2 t, t, c; "
     pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; " + bias + \
            "mul.rn.bf16x2 ${out}, t, ${scale};"
-    outs = [pair.format(out=k, sel=f"0x8{4 + k}8{k}", scale=5 + k) for k in range(4)]
+    outs = [pair.format(out=out, sel=sel, scale=scale) for out, (sel, scale) in enumerate(zip(selectors, scales))]
     return "\n".join(["{", ".reg .b32 x, h, t, c;", "mov.b32 c, 0x7E807E80;", "and.b32 x, $4, 0x0F0F0F0F;",
                       "shr.b32 h, $4, 4;", "and.b32 h, h, 0x0F0F0F0F;", *outs, "}"])
 
 
-_E2M1X8_TO_BF16_PAIRS: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_pairs_asm(False))
-_E2M1X8_TO_BF16_PAIRS_FOLDED: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_pairs_asm(True))
+# By default: $0, $1 the low nibbles' values (even k) of (b0, b1), (b2, b3); $2, $3 the high nibbles' (odd k); $5,
+# $6 the scales of (b0, b1) and (b2, b3).
+_E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
+# Out: $k (k < 4) the bf16x2 (element 2i, element 2i + 1) of byte k, one MMA fragment register ("hopper" layout);
+# $5..$8 each byte's scale.
+_PAIRS = (tuple(f"0x8{4 + k}8{k}" for k in range(4)), (5, 6, 7, 8))
+_E2M1X8_TO_BF16_PAIRS: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm(*_PAIRS))
+_E2M1X8_TO_BF16_PAIRS_FOLDED: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm(*_PAIRS, folded=True))
+
+
+@triton.jit
+def _e8m0_bf16_bits(s):
+    """bf16 bits of 2^(s - 127) for unsigned e8m0 codes `s`: exponent field s (s = 0: the subnormal 2^-127;
+    s = 255: NaN)."""
+    return tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7))
 
 
 @triton.jit
@@ -122,9 +121,7 @@ def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, I
         even = _bf16_bits(e2m1_values(packed & 0xF, scales, ROWS, HALF, 16))
         odd = _bf16_bits(e2m1_values(packed >> 4, scales, ROWS, HALF, 16))
     else:
-        # bf16 bits of 2^(s - 127): exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN), one per byte.
-        s = scales.to(tl.uint16)
-        scale = tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7)).to(tl.uint16)
+        scale = _e8m0_bf16_bits(scales.to(tl.uint16)).to(tl.uint16)  # one per byte
         scale = tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 16)).reshape(ROWS, HALF)
         even, odd = tl.inline_asm_elementwise(
             _E2M1X8_TO_BF16, "=r,=r,=r,=r,r,r,r", [packed, scale.to(tl.bfloat16, bitcast=True)],
@@ -143,8 +140,8 @@ def mx_dequant_bf16_pairs(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.conste
     if FOLDED:  # bf16 bits of 2^(s - 1): exponent field s + 126
         scale = (s + 126) << 7
         asm: tl.constexpr = _E2M1X8_TO_BF16_PAIRS_FOLDED
-    else:  # of 2^(s - 127): exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN)
-        scale = tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7))
+    else:
+        scale = _e8m0_bf16_bits(s)
         asm: tl.constexpr = _E2M1X8_TO_BF16_PAIRS
     scale = scale | (scale << 16)
     scale = tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 16)).reshape(ROWS, HALF)
