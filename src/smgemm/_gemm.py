@@ -234,11 +234,9 @@ def gemm_mxfp4(
         return _empty_product(out, c, beta)
     layout = "hopper" if "hopper" in (w.layout, a.layout if isinstance(a, MXFP4Tensor) else "") else "ocp"
     plan = decide(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config,
-                  mxfp4=True, mx_layout=layout)
-    least = 128 if layout == "hopper" else 32
-    if plan.config.block_k < least:
-        raise ValueError(f"MXFP4 operands need block_k >= {least} (32: one scale group; 128: one group of the "
-                         f"'hopper' layout), got {plan.config}")
+                  mxfp4=True, mx_layout=layout)  # a "hopper" operand's K steps are widened to 128 there
+    if plan.config.block_k < 32:
+        raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     ops = Operands(a, w, out, c, smid_out=smid_out)
     ints, meta = static_args(plan, ops, 0, 0, needs_int64(*(t for _, t in operands), out, c))
     return _finish(key, plan, ops, ints, meta, alpha, beta)

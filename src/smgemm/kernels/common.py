@@ -128,6 +128,13 @@ _E2M1X8_WORDS_FOLDED: tl.constexpr = tl.constexpr(_e2m1x8_words_asm(True))
 
 
 @triton.jit
+def _e8m0_bf16_bits(s):
+    """bf16 bits of 2^(s - 127) for unsigned e8m0 codes `s`: exponent field s (s = 0: the subnormal 2^-127;
+    s = 255: NaN)."""
+    return tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7))
+
+
+@triton.jit
 def _bf16_bits(x):
     """fp32 `x` that holds bf16 values, as bf16, exactly (its top 16 bits)."""
     return (x.to(tl.uint32, bitcast=True) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
@@ -145,9 +152,7 @@ def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, I
         even = _bf16_bits(e2m1_values(packed & 0xF, scales, ROWS, HALF, 16))
         odd = _bf16_bits(e2m1_values(packed >> 4, scales, ROWS, HALF, 16))
     else:
-        # bf16 bits of 2^(s - 127): exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN), one per byte.
-        s = scales.to(tl.uint16)
-        scale = tl.where(s == 0, 0x0040, tl.where(s == 255, 0x7FC0, s << 7)).to(tl.uint16)
+        scale = _e8m0_bf16_bits(scales.to(tl.uint16)).to(tl.uint16)  # one per byte
         scale = tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 16)).reshape(ROWS, HALF)
         even, odd = tl.inline_asm_elementwise(
             _E2M1X8_TO_BF16, "=r,=r,=r,=r,r,r,r", [packed, scale.to(tl.bfloat16, bitcast=True)],
@@ -238,8 +243,8 @@ def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, 
         if FOLDED:  # bf16 bits of 2^(s - 1): exponent field s + 126
             f = (f + 126) << 7
             asm: tl.constexpr = _E2M1X8_WORDS_FOLDED
-        else:  # of 2^(s - 127): exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN)
-            f = tl.where(f == 0, 0x0040, tl.where(f == 255, 0x7FC0, f << 7))
+        else:  # of 2^(s - 127)
+            f = _e8m0_bf16_bits(f)
             asm: tl.constexpr = _E2M1X8_WORDS
         o0, o1, o2, o3 = tl.inline_asm_elementwise(
             asm, "=r,=r,=r,=r,r,r", [words, f | (f << 16)], dtype=(tl.uint32, tl.uint32, tl.uint32, tl.uint32),
