@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from smgemm.mxfp4 import BLOCK, E2M1_VALUES, MXFP4Tensor, quantize_mxfp4
+from smgemm.mxfp4 import BLOCK, E2M1_VALUES, WORD_BITS, MXFP4Tensor, _interleave, quantize_mxfp4
 
 ALL_CODES = [c for c in range(16)]
 CODE_VALUES = [E2M1_VALUES[c & 7] * (-1 if c >= 8 else 1) for c in ALL_CODES]
@@ -114,12 +114,13 @@ def test_leading_dims_and_errors():
 
 
 def test_hopper_layout_permutes_bytes_within_groups_and_round_trips():
-    """'hopper' byte 16 t + j of every 64-byte group is 'ocp' byte 4 j + t; both directions exact, values equal."""
+    """'hopper' byte 16 t + j of every 64-byte group is 'ocp' byte 4 j + t, with each 32-bit word's bits then
+    rearranged (WORD_BITS); both directions exact, values equal."""
     q = quantize_mxfp4(torch.randn(3, 2, 384) * 5)
     h = q.to_layout("hopper")
     assert h.layout == "hopper" and h.scales is q.scales and h.shape == q.shape
     ocp = q.data.reshape(-1, 192)
-    stored = h.data.reshape(-1, 192)
+    stored = _interleave(h.data, inverse=True).reshape(-1, 192)
     for group in range(3):
         for t in range(4):
             for j in range(16):
@@ -129,6 +130,27 @@ def test_hopper_layout_permutes_bytes_within_groups_and_round_trips():
     direct = quantize_mxfp4(torch.randn(5, 256), layout="hopper")
     assert direct.layout == "hopper"
     assert torch.equal(direct.to_layout("ocp").data, quantize_mxfp4(direct.dequantize(torch.float32)).data)
+    every = torch.randint(0, 256, (7, 64), dtype=torch.uint8)
+    assert torch.equal(_interleave(_interleave(every, inverse=False), inverse=True), every)
+    assert sorted(b for bits in WORD_BITS for b in bits) == list(range(32))
+
+
+def test_hopper_words_expand_with_the_kernels_bit_operations():
+    """The kernel's expansion of a 'hopper' word (kernels.common: an AND, a shift and an AND, or three shifts) gives,
+    for byte k, the bf16x2 bits of its two elements times 2^-126: every byte value in every position."""
+    data = torch.arange(256, dtype=torch.uint8).repeat_interleave(4).reshape(16, 64)  # word w: 4 copies of byte w
+    data = data[:, torch.randperm(64)]
+    h = MXFP4Tensor(data, torch.full((16, 4), 127, dtype=torch.uint8)).to_layout("hopper")
+    words = h.data.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    pairs = [words & 0x81C081C0, (words << 3) & 0x81C081C0, (words << 6) & 0x81C081C0,
+             ((words << 1) & 0x80008000) | ((words >> 3) & 0x01800180) | ((words >> 7) & 0x00400040)]
+    stored = _interleave(h.data, inverse=True).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    for k, pair in enumerate(pairs):
+        byte = (stored >> (8 * k)) & 0xFF  # byte k of each word, bits as before the rearrangement
+        for half, nibble in ((pair & 0xFFFF, byte & 0xF), ((pair >> 16) & 0xFFFF, byte >> 4)):
+            value = (half.to(torch.int32) << 16).view(torch.float32).double() * 2.0 ** 126
+            want = torch.tensor(CODE_VALUES, dtype=torch.float64)[nibble]
+            assert torch.equal(value, want), k
 
 
 def test_hopper_layout_needs_k_multiple_of_128():

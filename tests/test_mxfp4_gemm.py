@@ -94,6 +94,18 @@ def test_hopper_layout_weight(m, schedule, num_sms, device):
             assert_gemm_close(got, a.dequantize(torch.float32), b.dequantize(torch.float32).t())
 
 
+def test_hopper_layout_rows_must_be_16_byte_aligned(device):
+    w = _weight(8, 256, device)
+    padded = torch.zeros(8, 136, dtype=torch.uint8, device=device)  # rows 136 bytes apart: not 16-byte aligned
+    padded[:, :128] = w.to_layout("hopper").data
+    odd = MXFP4Tensor(padded[:, :128], w.scales, "hopper")
+    with pytest.raises(ValueError, match=r"w\.data of a 'hopper' MXFP4Tensor needs rows that start on 16-byte"):
+        gemm_mxfp4(randn((2, 256), torch.bfloat16, device), odd)
+    ok = MXFP4Tensor(padded[:, :128].contiguous(), w.scales, "hopper")
+    x = randn((2, 256), torch.bfloat16, device)
+    assert_gemm_close(gemm_mxfp4(x, ok), x, w.dequantize(torch.float32).t())
+
+
 def test_hopper_layout_forced_tiles_read_whole_groups(device):
     """A forced configuration with 64-element K steps is widened to 128 for a hopper weight (whole groups)."""
     m, n, k = 8, 40, 256

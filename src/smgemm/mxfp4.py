@@ -41,7 +41,9 @@ _MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, Fa
 #   (t < 4, j < 16). An MMA fragment (register operand of wgmma / mma.sync, bf16) gives lane t of each quad the
 #   element pairs 2i, 2i + 1 with i = t mod 4 of every 16 elements, so a thread reads its 16 bytes of a group in one
 #   16-byte load and each byte expands to one fragment register, with no exchange between threads
-#   (`kernels.common.load_mx_raw`). Needs K to be a multiple of 128.
+#   (`kernels.common.mx_hopper_weight_tile`). Within each 32-bit word (little-endian, 4 of those bytes) the 32 bits
+#   are then rearranged (`_interleave`) so that each byte's pair of elements comes out as a bf16x2 register with one
+#   to five integer instructions instead of eight. Needs K to be a multiple of 128.
 LAYOUTS = ("ocp", "hopper")
 HOPPER_GROUP = 64  # bytes (128 elements) permuted together in the "hopper" layout
 
@@ -100,10 +102,13 @@ class MXFP4Tensor:
         if self.data.shape[-1] % HOPPER_GROUP:
             raise ValueError(f"the 'hopper' layout needs K a multiple of {2 * HOPPER_GROUP}, got K = "
                              f"{self.data.shape[-1] * 2}")
-        # ocp -> hopper: [groups, j, t] -> [groups, t, j]; hopper -> ocp the inverse
-        inner = (16, 4) if layout == "hopper" else (4, 16)
-        data = self.data.unflatten(-1, (-1, *inner)).transpose(-1, -2).flatten(-3).contiguous()
-        return MXFP4Tensor(data, self.scales, layout)
+        if layout == "hopper":  # bytes [groups, j, t] -> [groups, t, j], then each word's bits
+            data = self.data.unflatten(-1, (-1, 16, 4)).transpose(-1, -2).flatten(-3)
+            data = _interleave(data.contiguous(), inverse=False)
+        else:
+            data = _interleave(self.data.contiguous(), inverse=True)
+            data = data.unflatten(-1, (-1, 4, 16)).transpose(-1, -2).flatten(-3)
+        return MXFP4Tensor(data.contiguous(), self.scales, layout)
 
     def to_torch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The same bits as torch's own MXFP4 dtypes: (data as `torch.float4_e2m1fn_x2`, scales as
@@ -138,6 +143,31 @@ class MXFP4Tensor:
         scale = torch.where(self.scales == _SCALE_NAN, torch.nan, scale)
         values = values.unflatten(-1, (-1, BLOCK)) * scale.unsqueeze(-1)
         return values.flatten(-2).to(dtype)
+
+
+# Where the "hopper" layout keeps the bits of byte k's two elements inside its 32-bit word, as (bit of the word, bit of
+# the bf16x2 pair that the expansion makes of byte k): the pair holds the even element's sign at 15 and its exponent
+# and mantissa bits (e1 e0 m) at 8 7 6, the odd element's at 31 and 24 23 22, each as the e2m1 value times 2^-126.
+# Bytes 0, 1, 2 sit at the pair's own positions shifted down by 0, 3, 6 (expanded by one AND, or a shift and an
+# AND); byte 3 fills the 8 bits left over (a sign shifted up by 1, magnitude bits down by 3 and 7).
+_PAIR_BITS = (6, 7, 8, 15, 22, 23, 24, 31)
+_BYTE3_BITS = (13, 10, 11, 14, 29, 26, 27, 30)  # the word bits of byte 3's pair bits _PAIR_BITS, in that order
+# WORD_BITS[k][c]: the word bit that holds bit c of byte k (c < 4: the even element's code m, e0, e1, sign; c >= 4:
+# the odd element's), whose place in the pair is _PAIR_BITS[c].
+WORD_BITS = (*(tuple(b - shift for b in _PAIR_BITS) for shift in (0, 3, 6)), _BYTE3_BITS)
+
+
+def _interleave(data: torch.Tensor, inverse: bool) -> torch.Tensor:
+    """Each 4-byte word of uint8 `data` [..., K/2] (the "hopper" byte order) with its bits rearranged per WORD_BITS
+    (`inverse`: put back)."""
+    words = data.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    out = torch.zeros_like(words)
+    for k, positions in enumerate(WORD_BITS):
+        for code_bit, word_bit in enumerate(positions):
+            src, dst = (8 * k + code_bit, word_bit) if not inverse else (word_bit, 8 * k + code_bit)
+            out |= ((words >> src) & 1) << dst
+    out = torch.where(out >= 2 ** 31, out - 2 ** 32, out).to(torch.int32)
+    return out.view(torch.uint8)
 
 
 def _torch_mx_dtypes() -> tuple[torch.dtype, torch.dtype]:

@@ -42,21 +42,37 @@ def round_to_bf16_rtne(x):
 
 
 @triton.jit
+def _e2m1_code_values(codes):
+    """fp32 values of e2m1 `codes` (uint8 0..15), unscaled. Exact.
+
+    An e2m1 code's 3 magnitude bits placed at fp32 bits 24..22 (exponent field = the e2m1 exponent e, top mantissa
+    bit = m) read as 2^(e - 127) * 1.m for e > 0 and as the subnormal 2^-127 * 0.m for e = 0: the e2m1 value times
+    2^-126 in every case, sign included. Multiplying by 2^126 (exact) gives the value; 4 integer ops per element."""
+    codes = codes.to(tl.uint32)
+    bits = ((codes & 7) << 22) | ((codes & 8) << 28)
+    return bits.to(tl.float32, bitcast=True) * 8.507059173023462e37  # 2^126
+
+
+@triton.jit
+def _e8m0_scales(scales):
+    """fp32 2^(s - 127) of e8m0 `scales` from its bits: exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN).
+    Bit arithmetic, not exp2, whose fast GPU form flushes subnormals."""
+    s = scales.to(tl.uint32)
+    return tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e2m1_value(codes, scales):
+    """fp32 values of e2m1 `codes` (uint8 0..15) times e8m0 `scales` of the same shape. Exact; NaN for scale 255."""
+    return _e2m1_code_values(codes) * _e8m0_scales(scales)
+
+
+@triton.jit
 def e2m1_values(codes, scales, ROWS: tl.constexpr, COLS: tl.constexpr, GROUP: tl.constexpr):
     """[ROWS, COLS] fp32 values of e2m1 `codes` (uint8 0..15) times their e8m0 `scales` (uint8 [ROWS, COLS // GROUP],
     one per GROUP consecutive columns). Exact (e2m1 times a power of two); NaN for scale 255."""
-    codes = codes.to(tl.uint32)
-    # An e2m1 code's 3 magnitude bits placed at fp32 bits 24..22 (exponent field = the e2m1 exponent e, top mantissa
-    # bit = m) read as 2^(e - 127) * 1.m for e > 0 and as the subnormal 2^-127 * 0.m for e = 0: the e2m1 value times
-    # 2^-126 in every case, sign included. Multiplying by 2^126 (exact) gives the value; 4 integer ops per element.
-    bits = ((codes & 7) << 22) | ((codes & 8) << 28)
-    value = bits.to(tl.float32, bitcast=True) * 8.507059173023462e37  # 2^126
-    # 2^(s - 127) from its bits: exponent field s (s = 0: the subnormal 2^-127; s = 255: NaN). Bit arithmetic, not
-    # exp2, whose fast GPU form flushes subnormals.
-    s = scales.to(tl.uint32)
-    scale_bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
-    scale = scale_bits.to(tl.float32, bitcast=True)
-    return (value.reshape(ROWS, COLS // GROUP, GROUP) * scale[:, :, None]).reshape(ROWS, COLS)
+    value = _e2m1_code_values(codes)
+    return (value.reshape(ROWS, COLS // GROUP, GROUP) * _e8m0_scales(scales)[:, :, None]).reshape(ROWS, COLS)
 
 
 @triton.jit
@@ -67,33 +83,48 @@ def mx_dequant(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     return e2m1_values(codes, scales, ROWS, BLOCK_K, 32)
 
 
-# e2m1 pairs to bf16 on the GPU, 4 packed bytes (8 values) per asm block: $4 the bytes b0..b3, then the bf16x2
-# scales. x / h hold the low / high nibbles of the four bytes; per output one PRMT (selector `sel`) puts two nibbles
-# in the low bits of the two 16-bit halves (a selector nibble with bit 3 set reads a byte below 0x80 as zero), the
+# e2m1 pairs to bf16 on the GPU, 4 packed bytes (8 values) per asm block: $4 the bytes b0..b3; $5, $6 the bf16x2
+# scales of (b0, b1) and (b2, b3). Out: $0, $1 the low nibbles' values (even k) of (b0, b1), (b2, b3); $2, $3 the
+# high nibbles' (odd k). x / h hold the low / high nibbles of the four bytes; per output one PRMT puts two nibbles in
+# the low bits of the two 16-bit halves (a selector nibble with bit 3 set reads a byte below 0x80 as zero), the
 # multiply by 0x1040 (t << 6 plus t << 12, which cannot overlap for 4-bit halves) moves each nibble's 3 magnitude
 # bits to bf16 bits 8..6 and its sign to bit 15, and the mask keeps them: the e2m1 value times 2^-126 (the same trick
 # as `e2m1_values`, subnormal for the codes 0 and 0.5). Multiplying by 2^126 and by the scale (bf16 multiplies keep
-# subnormals, and every product is exact or overflows to inf) gives the value; with `folded` the scale operand is
-# already the scale times 2^126 (2^(s - 1), a bf16 for s <= 128): one multiply a pair instead of two. 23
-# instructions per 8 values unfolded (the shift-and-mask form takes 26; the fp32 route about 10 per value).
-def _e2m1x8_to_bf16_asm(selectors: tuple[str, ...] = ("0x8180", "0x8382", "0x8584", "0x8786"),
-                        scales: tuple[int, ...] = (5, 6, 5, 6), folded: bool = False) -> str:
-    bias = "" if folded else "mul.rn.bf16x2 t, t, c; "
-    pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; " + bias + \
+# subnormals, and every product is exact or overflows to inf) gives the value. 23 instructions per 8 values (the
+# shift-and-mask form takes 26; the fp32 route about 10 per value).
+def _e2m1x8_to_bf16_asm() -> str:
+    pair = "prmt.b32 t, x, h, {sel}; mul.lo.u32 t, t, 0x1040; and.b32 t, t, 0x81C081C0; mul.rn.bf16x2 t, t, c; " \
            "mul.rn.bf16x2 ${out}, t, ${scale};"
-    outs = [pair.format(out=out, sel=sel, scale=scale) for out, (sel, scale) in enumerate(zip(selectors, scales))]
+    outs = [pair.format(out=out, sel=sel, scale=5 + out % 2)
+            for out, sel in enumerate(("0x8180", "0x8382", "0x8584", "0x8786"))]
     return "\n".join(["{", ".reg .b32 x, h, t, c;", "mov.b32 c, 0x7E807E80;", "and.b32 x, $4, 0x0F0F0F0F;",
                       "shr.b32 h, $4, 4;", "and.b32 h, h, 0x0F0F0F0F;", *outs, "}"])
 
 
-# By default: $0, $1 the low nibbles' values (even k) of (b0, b1), (b2, b3); $2, $3 the high nibbles' (odd k); $5,
-# $6 the scales of (b0, b1) and (b2, b3).
 _E2M1X8_TO_BF16: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm())
-# Out: $k (k < 4) the bf16x2 (element 2i, element 2i + 1) of byte k, one MMA fragment register ("hopper" layout);
-# $5..$8 each byte's scale.
-_PAIRS = (tuple(f"0x8{4 + k}8{k}" for k in range(4)), (5, 6, 7, 8))
-_E2M1X8_TO_BF16_PAIRS: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm(*_PAIRS))
-_E2M1X8_TO_BF16_PAIRS_FOLDED: tl.constexpr = tl.constexpr(_e2m1x8_to_bf16_asm(*_PAIRS, folded=True))
+
+
+# The expansion of a "hopper" word (`mxfp4.WORD_BITS`): $4 a word of 4 stored bytes, $5 the bf16x2 factor of its
+# scale group (the 4 bytes share one). Out: $k (k < 4) the bf16x2 (element 2i, element 2i + 1) of byte k, one MMA
+# fragment register: its bits, placed by an AND (byte 0), a shift and an AND (bytes 1, 2) or three shifts and their
+# ANDs (byte 3), read as the two e2m1 values times 2^-126 (as in `_e2m1_code_values`), then multiplied by 2^126 and
+# the scale, or with `folded` by the one factor 2^(s - 1) (a bf16 for s <= 128). 10 integer instructions and 4 (8)
+# bf16x2 multiplies for 8 values.
+_PAIR_MASK = 0x81C081C0
+
+
+def _e2m1x8_words_asm(folded: bool) -> str:
+    scale = "mul.rn.bf16x2 ${k}, t, $5;" if folded else "mul.rn.bf16x2 t, t, c; mul.rn.bf16x2 ${k}, t, $5;"
+    places = ["and.b32 t, $4, {mask};", "shl.b32 t, $4, 3; and.b32 t, t, {mask};",
+              "shl.b32 t, $4, 6; and.b32 t, t, {mask};",
+              "shl.b32 t, $4, 1; and.b32 t, t, 0x80008000; shr.b32 u, $4, 3; and.b32 u, u, 0x01800180; "
+              "or.b32 t, t, u; shr.b32 u, $4, 7; and.b32 u, u, 0x00400040; or.b32 t, t, u;"]
+    body = [place.format(mask=hex(_PAIR_MASK)) + " " + scale.format(k=k) for k, place in enumerate(places)]
+    return "\n".join(["{", ".reg .b32 t, u, c;", "mov.b32 c, 0x7E807E80;", *body, "}"])
+
+
+_E2M1X8_WORDS: tl.constexpr = tl.constexpr(_e2m1x8_words_asm(False))
+_E2M1X8_WORDS_FOLDED: tl.constexpr = tl.constexpr(_e2m1x8_words_asm(True))
 
 
 @triton.jit
@@ -131,25 +162,97 @@ def mx_dequant_bf16(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, I
 
 
 @triton.jit
-def mx_dequant_bf16_pairs(packed, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FOLDED: tl.constexpr):
-    """`mx_dequant_bf16` as one [ROWS, BLOCK_K] bf16 tile, each byte expanded to one (even, odd) register pair
-    (GPU only). With the "hopper" layout's loads, the pairs land where the MMA fragment wants them. FOLDED: exact
-    only where every scale is <= 128 (2^1), with one multiply a pair instead of two (`k_loop_mx` checks)."""
-    HALF: tl.constexpr = BLOCK_K // 2
-    s = scales.to(tl.uint32)
-    if FOLDED:  # bf16 bits of 2^(s - 1): exponent field s + 126
-        scale = (s + 126) << 7
-        asm: tl.constexpr = _E2M1X8_TO_BF16_PAIRS_FOLDED
+def _word_pair_bits(word, K: tl.constexpr):
+    """Byte K's two e2m1 codes of a "hopper" word placed as a bf16x2 of their values times 2^-126 (the integer part
+    of `_e2m1x8_words_asm`, for the interpreter and for `load_mx_raw`)."""
+    if K == 0:
+        t = word & 0x81C081C0
+    elif K == 1:
+        t = (word << 3) & 0x81C081C0
+    elif K == 2:
+        t = (word << 6) & 0x81C081C0
     else:
-        scale = _e8m0_bf16_bits(s)
-        asm: tl.constexpr = _E2M1X8_TO_BF16_PAIRS
-    scale = scale | (scale << 16)
-    scale = tl.broadcast_to(scale[:, :, None], (ROWS, BLOCK_K // 32, 16)).reshape(ROWS, HALF)
-    pairs = tl.inline_asm_elementwise(asm, "=r,=r,=r,=r,r,r,r,r,r", [packed, scale],
-                                      dtype=tl.uint32, is_pure=True, pack=4)
+        t = ((word << 1) & 0x80008000) | ((word >> 3) & 0x01800180) | ((word >> 7) & 0x00400040)
+    return t
+
+
+@triton.jit
+def _word_pair(word, K: tl.constexpr, s):
+    """The interpreter's stand-in for output K of `_e2m1x8_words_asm`: the same bits, scaled exactly through fp32,
+    as bf16x2 bits (even element low)."""
+    t = _word_pair_bits(word, K)
+    scale = _e8m0_scales(s) * 8.507059173023462e37  # 2^126
+    lo = ((t & 0xFFFF) << 16).to(tl.float32, bitcast=True) * scale
+    hi = (t & 0xFFFF0000).to(tl.float32, bitcast=True) * scale
+    return (lo.to(tl.uint32, bitcast=True) >> 16) | (hi.to(tl.uint32, bitcast=True) & 0xFFFF0000)
+
+
+@triton.jit
+def _load_hopper_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
+                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The 32-bit words uint32 [ROWS, BLOCK_K // 8] and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at K offset k0 of a
+    "hopper" MXFP4 operand [rows, K/2] (row stride and base multiples of 16 bytes; K and BLOCK_K multiples of 128).
+    Word (g, t, jw) of a row's step holds the "ocp" bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g (their
+    bits rearranged: `mxfp4.WORD_BITS`), which share one scale group. A K tail reads zero codes with scale 2^0."""
+    offs_w = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+    offs_s = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+    p_words = p_data.to(tl.pointer_type(tl.uint32)) + offs_rows[:, None] * (stride_row // 4) + offs_w[None, :]
+    p_scale = p_scales + offs_rows[:, None] * stride_scale_row + offs_s[None, :]
+    if EVEN_K:
+        words = tl.load(p_words)
+        scales = tl.load(p_scale)
+    else:  # whole 128-element groups: a word is in or out with its group
+        words = tl.load(p_words, mask=offs_w[None, :] < K // 8, other=0)
+        scales = tl.load(p_scale, mask=offs_s[None, :] < K // 32, other=127)
+    return words, scales
+
+
+@triton.jit
+def _hopper_order(o0, o1, o2, o3, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[ROWS, BLOCK_K // 2] in K order from the per-word values of bytes jj = 0..3 ([ROWS, BLOCK_K // 8] each, one
+    per word (g, t, jw)): element (g, jw, jj, t). On the GPU only a renaming of registers."""
+    both = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [.., p, q] = byte 2 p + q of the word
+    return both.reshape(ROWS, BLOCK_K // 128, 4, 4, 4).permute(0, 1, 3, 4, 2).reshape(ROWS, BLOCK_K // 2)
+
+
+@triton.jit
+def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr,
+                          FOLDED: tl.constexpr):
+    """The [BLOCK_N, BLOCK_K] bf16 tile at K offset k0 of a "hopper" MXFP4 weight [N, K/2] (row stride and base
+    multiples of 16 bytes; K and BLOCK_K multiples of 128), and its e8m0 scales [BLOCK_N, BLOCK_K // 32].
+
+    Each thread loads whole 32-bit words, 4 stored bytes of one row: word (g, t, jw) of a row's step holds the "ocp"
+    bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g (their bits rearranged: `mxfp4.WORD_BITS`), which share one
+    scale group. One asm block expands a word into 4 bf16x2 pairs (element 2i, 2i + 1); joining and permuting them
+    into K order only renames registers on the GPU: the pairs are the MMA fragments. FOLDED: 2^126 folded into the
+    scale, exact only while every scale is <= 128 (`k_loop` checks the scales returned). The interpreter computes the
+    same pairs through fp32.
+    """
+    words, scales = _load_hopper_words(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
+                                       EVEN_K)
+    G: tl.constexpr = BLOCK_K // 128
+    s = tl.broadcast_to(scales.reshape(BLOCK_N, G, 1, 4), (BLOCK_N, G, 4, 4)).reshape(BLOCK_N, BLOCK_K // 8)
+    if INTERPRETER:
+        o0 = _word_pair(words, 0, s)
+        o1 = _word_pair(words, 1, s)
+        o2 = _word_pair(words, 2, s)
+        o3 = _word_pair(words, 3, s)
+    else:
+        f = s.to(tl.uint32)
+        if FOLDED:  # bf16 bits of 2^(s - 1): exponent field s + 126
+            f = (f + 126) << 7
+            asm: tl.constexpr = _E2M1X8_WORDS_FOLDED
+        else:  # of 2^(s - 127)
+            f = _e8m0_bf16_bits(f)
+            asm: tl.constexpr = _E2M1X8_WORDS
+        o0, o1, o2, o3 = tl.inline_asm_elementwise(
+            asm, "=r,=r,=r,=r,r,r", [words, f | (f << 16)], dtype=(tl.uint32, tl.uint32, tl.uint32, tl.uint32),
+            is_pure=True, pack=1)
+    pairs = _hopper_order(o0, o1, o2, o3, BLOCK_N, BLOCK_K)
     even = pairs.to(tl.uint16).to(tl.bfloat16, bitcast=True)
     odd = (pairs >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    return tl.join(even, odd).reshape(ROWS, BLOCK_K)
+    return tl.join(even, odd).reshape(BLOCK_N, BLOCK_K), scales
 
 
 @triton.jit
@@ -159,12 +262,13 @@ def mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N
     """The [BLOCK_N, BLOCK_K] weight tile at K offset k0 of an MXFP4 weight [N, K/2] (bytes in LAYOUT), expanded
     (exactly) to bf16, or to fp16 when MX_FP16 (fp16 cannot hold most scales' range: the exact fp32 values are
     rounded once)."""
+    if LAYOUT == "hopper" and not MX_FP16:
+        return mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
+                                     INTERPRETER, False)[0]
     w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
                                      LAYOUT)
     if MX_FP16:
         b_w = mx_dequant(w_packed, w_scales, BLOCK_N, BLOCK_K).to(tl.float16)
-    elif LAYOUT == "hopper" and not INTERPRETER:
-        b_w = mx_dequant_bf16_pairs(w_packed, w_scales, BLOCK_N, BLOCK_K, False)
     else:
         even, odd = mx_dequant_bf16(w_packed, w_scales, BLOCK_N, BLOCK_K, INTERPRETER)
         b_w = tl.join(even, odd).reshape(BLOCK_N, BLOCK_K)
@@ -177,8 +281,16 @@ def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K
     """The packed bytes uint8 [ROWS, BLOCK_K // 2] (in "ocp" order) and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at
     K offset k0 of an MXFP4 operand stored [rows, K / 2] (packed along K, bytes in LAYOUT). A K tail (K is a
     multiple of 32, so it covers whole scale groups) reads zero codes with scale 2^0. A "hopper" operand (K a
-    multiple of 128, BLOCK_K too) is read as stored and put back in order by a reshape and a permute, which on the GPU
-    only renames registers: each thread loads the 16 contiguous bytes its MMA fragments need (`mxfp4.LAYOUTS`)."""
+    multiple of 128, BLOCK_K too) is read as words (`_load_hopper_words`), its bytes rebuilt from their rearranged
+    bits: the path of fp16 and MXFP4 activations; bf16 ones expand a hopper weight in `mx_hopper_weight_tile`."""
+    if LAYOUT == "hopper":
+        words, scales = _load_hopper_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K, ROWS,
+                                           BLOCK_K, EVEN_K)
+        b0 = _pair_byte(_word_pair_bits(words, 0))
+        b1 = _pair_byte(_word_pair_bits(words, 1))
+        b2 = _pair_byte(_word_pair_bits(words, 2))
+        b3 = _pair_byte(_word_pair_bits(words, 3))
+        return _hopper_order(b0, b1, b2, b3, ROWS, BLOCK_K), scales
     offs_kp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     offs_ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
     p_packed = p_data + offs_rows[:, None] * stride_row + offs_kp[None, :]
@@ -189,9 +301,15 @@ def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K
     else:
         packed = tl.load(p_packed, mask=offs_kp[None, :] < K // 2, other=0)
         scales = tl.load(p_scale, mask=offs_ks[None, :] < K // 32, other=127)
-    if LAYOUT == "hopper":  # stored [groups, t, j] -> [groups, j, t]: byte 4 j + t of each 64-byte group
-        packed = packed.reshape(ROWS, BLOCK_K // 128, 4, 16).permute(0, 1, 3, 2).reshape(ROWS, BLOCK_K // 2)
     return packed, scales
+
+
+@triton.jit
+def _pair_byte(t):
+    """The "ocp" byte (even code low, odd code high) of a `_word_pair_bits` pair."""
+    lo = ((t >> 6) & 7) | ((t >> 12) & 8)
+    hi = ((t >> 22) & 7) | ((t >> 28) & 8)
+    return (lo | (hi << 4)).to(tl.uint8)
 
 
 @triton.jit
@@ -385,10 +503,9 @@ def k_loop_mx(
         if MX_PREFETCH:  # expanded during the previous step's dot
             b_w = w_next
         elif FOLD:
-            w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
-                                             EVEN_K, B_MX)
+            b_w, w_scales = mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N,
+                                                  BLOCK_K, EVEN_K, INTERPRETER, True)
             top = tl.maximum(top, w_scales)
-            b_w = mx_dequant_bf16_pairs(w_packed, w_scales, BLOCK_N, BLOCK_K, True)
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
                                  BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
