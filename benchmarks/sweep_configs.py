@@ -2,7 +2,8 @@
 behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [pers|sk|dp] [noalign]" (BK in
 elements; tma = TMA loads + TMA store + flattened loop; default schedule pers; noalign = Stream-K split evenly over
 the whole budget, not over a grid aligned to the tiles; MXFP4 GEMMs also take "swap" (W @ A^T) and "prefetch",
-see benchmarks/sweep_mxfp4.py).
+see benchmarks/sweep_mxfp4.py). A shape of four numbers, BxMxNxK, is a batched product (smgemm.bmm against
+torch.bmm on [B, M, K] @ [B, K, N]).
 
     PYTHONPATH=src python benchmarks/sweep_configs.py --shapes 128x8192x8192 \\
         --variants "128x128x64 w8 s4 sk;128x128x64 w8 s4 tma sk"
@@ -11,6 +12,7 @@ see benchmarks/sweep_mxfp4.py).
 import argparse
 import contextlib
 import dataclasses
+import math
 
 import torch
 
@@ -118,15 +120,21 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--num-sms", type=int, default=None)
-    p.add_argument("--shapes", required=True, help="comma list of MxNxK")
+    p.add_argument("--shapes", required=True, help="comma list of MxNxK (or BxMxNxK: batched)")
     p.add_argument("--variants", required=True, help="semicolon list of variants (see above)")
     args = p.parse_args()
     dtype = DTYPES[args.dtype]
     spec = device_spec(torch.device("cuda"))
     rows = []
     for shape in args.shapes.split(","):
-        m, n, k = (int(v) for v in shape.split("x"))
-        sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype))  # rotated: neither side runs from L2
+        *batch, m, n, k = (int(v) for v in shape.split("x"))
+        batch = batch[0] if batch else 1
+        if len(shape.split("x")) == 4:
+            copies = max(1, min(8, math.ceil(256e6 / (batch * (m * k + k * n) * 2))))
+            sets = [tuple(torch.randn(batch, *dims, device="cuda").to(dtype) for dims in ((m, k), (k, n)))
+                    for _ in range(copies)]
+        else:
+            sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype))  # rotated: neither side runs from L2
         a, b = sets[0]
         ref = a.float() @ b.float()
         t_torch = time_rotating(torch.matmul, sets) if dtype != DTYPES["fp8"] else 0
@@ -135,8 +143,8 @@ def main():
             fn = lambda x, y: gemm(x, y, num_sms=args.num_sms, **kw)
             return ((fn(a, b).float() - ref).norm() / ref.norm()).item(), time_rotating(fn, sets)
 
-        planned = describe(make_plan(m, n, k, dtype, spec, num_sms=args.num_sms)) + " (planner)"
-        rows += sweep_shape(shape, 2 * m * n * k, planned, args.variants, run, t_torch)
+        planned = describe(make_plan(m, n, k, dtype, spec, num_sms=args.num_sms, batch=batch)) + " (planner)"
+        rows += sweep_shape(shape, 2 * batch * m * n * k, planned, args.variants, run, t_torch)
     report(rows)
 
 if __name__ == "__main__":
