@@ -46,13 +46,14 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
-                    mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp"):
+                    mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp",
+                    use_int64=False):
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
             "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1}
     consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=not k_tail, HAS_C=has_c,
-                  HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=False,
+                  HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=use_int64,
                   STREAMK=streamk, FIXUP_N=fixup_columns(TileConfig(*tile, num_warps=warps)), FLAG_LANES=32 * warps,
                   RECORD_SMID=False, A_MX="ocp" if a_mx else "", B_MX=mx_layout if b_mx else "", MX_FP16=False,
                   A_DESC="pointers" if a_mx or not tma else "stored" if layout[0] == "n" else "transposed",
@@ -147,6 +148,7 @@ def main():
     p.add_argument("--sass", action="store_true", help="the K loop's instruction mix (per thread, per K step)")
     p.add_argument("--ttgir", action="store_true", help="print the TTGIR")
     p.add_argument("--batched", action="store_true", help="the batched kernel (pointer path)")
+    p.add_argument("--int64", action="store_true", help="offsets in int64 (operands past 2^31 elements)")
     p.add_argument("--k-tail", action="store_true", help="K not a multiple of BLOCK_K (nor of 16): a masked tail")
     p.add_argument("--unaligned", action="store_true",
                    help="--k-tail with A's and B's row strides not multiples of 16 elements (operands read in place)")
@@ -157,7 +159,7 @@ def main():
                              tma_store=args.tma_store, layout=args.layout,
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,
                              k_tail=args.k_tail or args.unaligned, unaligned=args.unaligned,
-                             mx_layout=args.mx_layout)
+                             mx_layout=args.mx_layout, use_int64=args.int64)
     if args.ptx:
         print(kernel.asm["ptx"])
     if args.ttgir:

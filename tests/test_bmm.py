@@ -142,3 +142,20 @@ def test_batched_unaligned_operands_are_never_staged(device):
     with smgemm.plan.overrides(stage=True):
         out = smgemm.bmm(a, b, num_sms=1)
     _check(out, a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", ["auto", "streamk", "data_parallel"])
+@pytest.mark.parametrize("b_layout", ["stored", "transposed"])
+def test_batched_products_with_64_bit_offsets(schedule, b_layout):
+    """An output of two 2048 x 2048 matrices already takes the kernel's int64 offsets (a K step past the end is
+    counted against the batch stride): the compiled variant the small cases never reach."""
+    from smgemm._checks import needs_int64
+
+    a = randn((2, 2048, 128), torch.bfloat16, "cuda")
+    b = randn((2, 128, 2048), torch.bfloat16, "cuda")
+    if b_layout == "transposed":
+        b = b.transpose(1, 2).contiguous().transpose(1, 2)
+    out = smgemm.bmm(a, b, schedule=schedule)
+    assert needs_int64(out)
+    _check(out, a, b)

@@ -113,7 +113,8 @@ def gemm_kernel(
         d_strides, c_strides = _wide(d_strides), _wide(c_strides)
         scale_strides, mx_strides = _wide(scale_strides), _wide(mx_strides)
         if BATCHED:
-            batch = (batch[0], *_wide((batch[1], batch[2])), *_wide((batch[3], batch[4])))
+            batch = (batch[0], tl.cast(batch[1], tl.int64), tl.cast(batch[2], tl.int64), tl.cast(batch[3], tl.int64),
+                     tl.cast(batch[4], tl.int64))  # (Triton's compiler takes no starred tuples)
     stride_am, stride_ak = a_strides  # for the descriptors
     stride_bk, stride_bn = b_strides
     matrices, stride_ab, stride_bb, stride_db = batch[0], batch[1], batch[2], batch[4]

@@ -1,0 +1,48 @@
+"""gemm_kernel compiles for sm_90 on the CPU in the variants the interpreter cannot vouch for: the interpreter runs
+the kernel as Python, so it accepts constructs (a starred tuple, say) that Triton's compiler rejects on a GPU. Each
+variant here is one the planner emits for some input; 64-bit offsets matter most, since small test shapes never
+need them. The compiles run in a child process (this file as a script): the suite's process runs kernels in the
+Triton interpreter, which cannot compile them."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+# (tile, warps, stages, compile_variant's keywords): int64 offsets on every path that forms them differently
+VARIANTS = [
+    ((64, 64, 64), 4, 3, dict(batched=True, use_int64=True)),
+    ((128, 128, 64), 8, 3, dict(batched=True, use_int64=True, tma=True, flatten=True, tma_store=True, layout="nn")),
+    ((128, 128, 64), 8, 3, dict(use_int64=True, tma=True, flatten=True, tma_store=True, streamk=True, has_c=True)),
+    ((16, 64, 256), 4, 3, dict(use_int64=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
+    ((64, 64, 64), 4, 3, dict(use_int64=True, k_tail=True, unaligned=True)),
+]
+
+
+def _compile_all() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compile_report", os.path.join(_ROOT, "benchmarks",
+                                                                                 "compile_report.py"))
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    for tile, warps, stages, kw in VARIANTS:
+        kernel = report.compile_variant("bf16", tile, warps, stages, **kw)
+        print("compiled", tile, kw, kernel.metadata.shared, flush=True)
+
+
+def test_every_int64_variant_compiles_for_sm90():
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU the suite's own launches compile these")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(_ROOT, "src"), env.get("PYTHONPATH", "")])
+    child = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
+    assert child.returncode == 0 and child.stdout.count("compiled") == len(VARIANTS), child.stdout + child.stderr
+
+
+if __name__ == "__main__":
+    _compile_all()
