@@ -122,9 +122,14 @@ def main():
     p.add_argument("--num-sms", type=int, default=None)
     p.add_argument("--shapes", required=True, help="comma list of MxNxK (or BxMxNxK: batched)")
     p.add_argument("--variants", required=True, help="semicolon list of variants (see above)")
+    p.add_argument("--programs-per-sm", type=int, default=1,
+                   help="experiment: plan persistent / Stream-K grids for a device with this many times its SMs")
     args = p.parse_args()
     dtype = DTYPES[args.dtype]
     spec = device_spec(torch.device("cuda"))
+    if args.programs_per_sm > 1:
+        spec = plan_for_programs_per_sm(args.programs_per_sm)
+        print(f"experiment: planning for {spec.num_sms} SMs ({args.programs_per_sm} programs per SM)")
     rows = []
     for shape in args.shapes.split(","):
         *batch, m, n, k = (int(v) for v in shape.split("x"))
