@@ -75,13 +75,13 @@ def test_kernel_variants(swap, prefetch, both, device):
     assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
-@pytest.mark.parametrize("m", [1, 16, 40])
+@pytest.mark.parametrize("m", [1, 16, 40, 128, 300])
 @pytest.mark.parametrize("schedule,num_sms", [("auto", None), ("data_parallel", None), ("streamk", 3)])
 def test_hopper_layout_weight(m, schedule, num_sms, device):
-    """A weight in the 'hopper' byte layout through the planner's tiles (swapped, register-operand path on the GPU):
-    K with a tail of whole 128-element groups, N past the tile, bias and alpha; MXFP4 activations too (a hopper
-    weight with ocp activations and the reverse)."""
-    n, k = 70, 384  # 256-element K steps: one full step and a masked half step
+    """A weight in the 'hopper' byte layout through the planner's tiles (swapped, register-operand path on the GPU;
+    at M = 128 the dense model's tiles, at 300 the 256 x 128 ones): K with a tail of whole 128-element groups, N past
+    the tile, bias and alpha; MXFP4 activations too (a hopper weight with ocp activations and the reverse)."""
+    n, k = (130 if m > 256 else 70), 384  # 256-element K steps: one full step and a masked half step
     x = randn((m, k), torch.bfloat16, device)
     w = _weight(n, k, device).to_layout("hopper")
     bias = randn((n,), torch.bfloat16, device)

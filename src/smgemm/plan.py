@@ -501,14 +501,23 @@ def make_mx_plan(
             schedule = "streamk"  # as measured with mx_config's tiles (persistent where nothing splits)
         if layout == "hopper" and schedule != "data_parallel" and m <= 16:
             config = dataclasses.replace(config, block_k=min(config.block_k, 256), num_stages=4)
-    if layout == "hopper" and config is not None and config.block_k < 128:
-        config = dataclasses.replace(config, block_k=128, num_stages=min(config.num_stages, 3))
     if layout == "hopper" and m <= 64 and schedule != "data_parallel" and whole_device(num_sms, spec):
         # Two programs per SM: a split decode GEMM hides its expansion's latency behind the other program's (on the
         # H200 1 x 4096 x 14336 26.2 -> 22.6 us, 64 x 14336 x 4096 36.2 -> 30.2; three per SM were slower). Stream-K
         # waits only on lower programs, which started first, so the schedule needs no co-residency.
         spec, num_sms = dataclasses.replace(spec, num_sms=2 * spec.num_sms), None
-    return make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
+    plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
+    if layout == "hopper" and plan.config.block_k < 128:
+        plan = make_plan(m, n, k, dtype, spec, schedule=plan.schedule, num_sms=num_sms,
+                         config=hopper_steps(plan.config))
+    return plan
+
+
+def hopper_steps(cfg: TileConfig) -> TileConfig:
+    """`cfg` made to read a "hopper" MXFP4 weight, which comes in whole 128-element groups: K steps of 128, at most
+    128 weight rows a tile and 3 stages (a 128 x 256 tile with such steps does not compile, and 128 x 128 x 128 with
+    4 stages would leave no shared memory for a second program)."""
+    return dataclasses.replace(cfg, block_n=min(cfg.block_n, 128), block_k=128, num_stages=min(cfg.num_stages, 3))
 
 
 def row_alignment_needed(cfg: TileConfig, dtype: torch.dtype) -> int:
