@@ -21,7 +21,9 @@ VARIANTS = [
     ((128, 128, 64), 8, 3, dict(use_int64=True, tma=True, flatten=True, tma_store=True, streamk=True, has_c=True)),
     ((16, 64, 256), 4, 3, dict(use_int64=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
     ((64, 64, 64), 4, 3, dict(use_int64=True, k_tail=True, unaligned=True)),
-    # "hopper" MXFP4 weights beyond decode (plan.hopper_steps): the dense model's tile, and the 256 x 128 one
+    # "hopper" MXFP4 weights beyond decode: the swapped 128-row tile, the dense model's tile (plan.hopper_steps),
+    # and the 256 x 128 one
+    ((128, 64, 256), 4, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
     ((128, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", tma=True, flatten=True, tma_store=True)),
     ((256, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, mx_prefetch=True)),
 ]

@@ -403,12 +403,15 @@ def mx_config(m: int, n: int, k: int, layout: str = "ocp") -> TileConfig | None:
     activations), or None for the dense model's choice. Measured rules, not modelled (benchmarks/sweep_mxfp4.py on
     the H200, docs/performance.md):
 
-    * a "hopper" weight and M <= 64: 64 weight rows, 4 warps, computed as (W @ A^T)^T (`mx_swap`): the expanded
+    * a "hopper" weight and M <= 128: 64 weight rows, 4 warps, computed as (W @ A^T)^T (`mx_swap`): the expanded
       weight is the wgmma's register operand, each thread expanding the bytes its fragments need (no trip through
       shared memory). 512-element K steps for M <= 16 (make_mx_plan shortens them to 256 with 4 stages where
       Stream-K splits, with two programs per SM), 256 above. Graph-replayed against the "ocp" weight's plans in
       the same run (`python -m smgemm bench --dtype '' --mxfp4`, docs/performance.md): M = 1 1.14-1.43x of bf16 ->
-      1.23-1.43x, M = 16 1.21-1.36x -> 1.23-1.51x, M = 32 0.97-1.06x -> 1.18-1.40x, M = 64 0.77-0.85x -> 0.89-1.20x;
+      1.23-1.43x, M = 16 1.21-1.36x -> 1.23-1.51x, M = 32 0.97-1.06x -> 1.18-1.40x, M = 64 0.77-0.85x -> 0.89-1.20x.
+      At M = 128 these 128 x 64 x 256 tiles, split by Stream-K, ran 1.2-1.3x faster than the dense model's tiles
+      (128 x {1024, 4096, 14336, 28672} x {4096, 8192, 14336}: 23.9 -> 19.7, 28.9 -> 23.9, 67.7 -> 53.8, 62.7 ->
+      48.9, 213 -> 162 us; still 0.45-0.77x of bf16);
     * M <= 16: 16 x 64 tiles with 512-element K steps (256 bytes of each packed weight row per step): the weight's
       expansion, not its bytes, bounds decode, and longer steps give each program more independent work;
     * 16 < M <= 32: 32 x 64 tiles with 256-element K steps, 4 warps and 4 stages (mma.sync, as at decode), which
@@ -426,7 +429,7 @@ def mx_config(m: int, n: int, k: int, layout: str = "ocp") -> TileConfig | None:
     """
     if layout == "hopper" and m <= 16:
         return TileConfig(16, 64, min(512, max(128, _next_pow2(k))), num_warps=4, num_stages=3, mx_swap=True)
-    if layout == "hopper" and m <= 64:
+    if layout == "hopper" and m <= 128:
         return TileConfig(max(32, _next_pow2(m)), 64, min(256, max(128, _next_pow2(k))), num_warps=4, num_stages=3,
                           mx_swap=True)
     if m <= 16:
@@ -478,7 +481,8 @@ def make_mx_plan(
     tile of `mx_config` unless `config` is given (a "hopper" weight is read in whole 128-element groups: K steps of
     at least 128), and two more measured rules for `auto`:
 
-    * 16 < M <= 64: Stream-K over mx_config's 32 x 64 / 64 x 64 tiles (the configurations were measured split);
+    * 16 < M <= 64 (128 for a "hopper" weight): Stream-K over mx_config's tiles (the configurations were measured
+      split);
       a "hopper" weight's split plans on the whole device run two programs per SM;
     * decode (M <= 16) with no SM budget and at least one 16 x 64 tile per SM: data-parallel, one program per tile. The
       decode tile's shared memory lets two programs share an SM, so up to 2 x SMs tiles run at once with no Stream-K
@@ -497,7 +501,7 @@ def make_mx_plan(
                 math.ceil(n / 32) >= spec.rates.sk_align_fill * spec.num_sms:
             config = dataclasses.replace(config, block_n=32)
             schedule = "data_parallel"
-        elif schedule == "auto" and 16 < m <= 64:
+        elif schedule == "auto" and 16 < m <= (128 if layout == "hopper" else 64):
             schedule = "streamk"  # as measured with mx_config's tiles (persistent where nothing splits)
         if layout == "hopper" and schedule != "data_parallel" and m <= 16:
             config = dataclasses.replace(config, block_k=min(config.block_k, 256), num_stages=4)
