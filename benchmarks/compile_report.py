@@ -47,20 +47,24 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
                     mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp",
-                    use_int64=False):
+                    use_int64=False, scales=False, input_precision="tf32", out="bf16"):
+    """gemm_kernel compiled for sm_90 as a launch with these operands and plan would build it (`scales`: fp8's
+    per-row / per-column scales; `out`: the output's dtype; an fp16 `dtype` with `b_mx` is the MX_FP16 route)."""
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
             "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1}
     consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=not k_tail, HAS_C=has_c,
-                  HAS_SCALE_A=False, HAS_SCALE_B=False, INTERPRETER=False, INPUT_PRECISION="tf32", USE_INT64=use_int64,
+                  HAS_SCALE_A=scales, HAS_SCALE_B=scales, INTERPRETER=False, INPUT_PRECISION=input_precision,
+                  USE_INT64=use_int64,
                   STREAMK=streamk, FIXUP_N=fixup_columns(TileConfig(*tile, num_warps=warps)), FLAG_LANES=32 * warps,
-                  RECORD_SMID=False, A_MX="ocp" if a_mx else "", B_MX=mx_layout if b_mx else "", MX_FP16=False,
+                  RECORD_SMID=False, A_MX="ocp" if a_mx else "", B_MX=mx_layout if b_mx else "",
+                  MX_FP16=b_mx and not a_mx and dtype == "fp16",
                   A_DESC="pointers" if a_mx or not tma else "stored" if layout[0] == "n" else "transposed",
                   B_DESC="pointers" if b_mx or not tma else "stored" if layout[1] == "n" else "transposed",
                   FLATTEN=flatten,
                   D_DESC=tma_store, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch, BATCHED=batched)
-    absent = {"sa_ptr", "sb_ptr", "smid_ptr"} | ({"c_ptr"} - ({"c_ptr"} if has_c else set())) | (
+    absent = {"smid_ptr"} | (set() if scales else {"sa_ptr", "sb_ptr"}) | (set() if has_c else {"c_ptr"}) | (
         set() if a_mx else {"mxa_ptr"}) | (set() if b_mx else {"mxb_ptr"}) | (set() if streamk else {"ws_ptr"})
     signature, attrs = {}, {}
     constexprs = {name: value for name, value in consts.items() if name in names}
@@ -82,6 +86,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
         elif name.endswith("_ptr") and name in absent:  # passed as None, as the launch passes absent operands
             signature[name] = "constexpr"
             constexprs[name] = None
+        elif name == "d_ptr":
+            signature[name] = f"*{out}"
         elif name.endswith("_ptr"):
             signature[name] = _POINTERS[name]
         else:

@@ -511,17 +511,22 @@ def make_mx_plan(
         # waits only on lower programs, which started first, so the schedule needs no co-residency.
         spec, num_sms = dataclasses.replace(spec, num_sms=2 * spec.num_sms), None
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
-    if layout == "hopper" and plan.config.block_k < 128:
+    if layout == "hopper" and hopper_steps(plan.config) != plan.config:
         plan = make_plan(m, n, k, dtype, spec, schedule=plan.schedule, num_sms=num_sms,
                          config=hopper_steps(plan.config))
     return plan
 
 
 def hopper_steps(cfg: TileConfig) -> TileConfig:
-    """`cfg` made to read a "hopper" MXFP4 weight, which comes in whole 128-element groups: K steps of 128, at most
-    128 weight rows a tile and 3 stages (a 128 x 256 tile with such steps does not compile, and 128 x 128 x 128 with
-    4 stages would leave no shared memory for a second program)."""
-    return dataclasses.replace(cfg, block_n=min(cfg.block_n, 128), block_k=128, num_stages=min(cfg.num_stages, 3))
+    """`cfg` made to read a "hopper" MXFP4 weight, which comes in whole 128-element groups: K steps of at least 128
+    (a widened step with at most 3 stages), and, where the weight is the dot's right operand (not `mx_swap`), at
+    most 16 weight rows a warp: Triton 3.6 fails to compile 64 x 128 tiles of 4 warps and 128 x 256 of 8 that read
+    such a weight (benchmarks/compile_plans.py), while 128 x 128 of 8 warps and 128 x 64 of 4 compile."""
+    if cfg.block_k < 128:
+        cfg = dataclasses.replace(cfg, block_k=128, num_stages=min(cfg.num_stages, 3))
+    if not cfg.mx_swap and cfg.block_n > 16 * cfg.num_warps:
+        cfg = dataclasses.replace(cfg, block_n=16 * cfg.num_warps)
+    return cfg
 
 
 def row_alignment_needed(cfg: TileConfig, dtype: torch.dtype) -> int:

@@ -1,0 +1,153 @@
+"""Compile for sm_90, on any machine (no GPU needed), every gemm_kernel variant the planner picks over a grid of
+problems, and report those that Triton's compiler rejects or that need more shared memory than a Hopper program may
+use. The interpreter runs the kernel as Python, so CPU tests cannot see either; without this a variant that never
+compiled would first fail on a GPU user's call of that shape.
+
+    python benchmarks/compile_plans.py              # the whole grid (~400 variants, ~20 min on 2 cores)
+    python benchmarks/compile_plans.py --list       # the variants only, with a problem that picks each
+    python benchmarks/compile_plans.py --sample 8   # 8 of them, spread over the grid (tests/test_compiles.py)
+
+The grid: dense bf16 / fp16 / fp8 / fp32 (TF32 and full precision) problems, rows aligned or not, B as an nn.Linear
+weight (with C) or row-major (without), 2-D and batched, on the whole H200 and on 16 and 66 SMs, every schedule;
+MXFP4 weights in both byte layouts with bf16, fp16 and MXFP4 activations. Each variant is compiled with 32- and with
+64-bit offsets.
+"""
+
+import argparse
+import concurrent.futures
+import dataclasses
+import itertools
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.dirname(__file__))
+import torch
+
+from smgemm._device import INTERPRETER_SPEC
+from smgemm.plan import decide, mx_expands
+
+H200 = dataclasses.replace(INTERPRETER_SPEC, interpreted=False)
+SHARED_LIMIT = H200.smem_per_block
+_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4nv"}
+_M = (1, 16, 17, 48, 64, 65, 128, 200, 384, 1024, 4096)
+_NK = ((64, 96), (130, 384), (1024, 4096), (4096, 4096), (14336, 4096), (4096, 14336), (4096, 257))
+_BUDGETS = (None, 16, 66)
+_SCHEDULES = ("auto", "persistent", "streamk", "data_parallel")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """compile_report.compile_variant's arguments (use_int64 aside)."""
+    dtype: str
+    tile: tuple[int, int, int]
+    warps: int
+    stages: int
+    kw: tuple[tuple[str, object], ...]
+
+    def describe(self) -> str:
+        flags = " ".join(f"{k}={v}" for k, v in self.kw if v not in (False, "ocp", "tf32", "nt", "bf16"))
+        return f"{self.dtype} {'x'.join(map(str, self.tile))} w{self.warps} s{self.stages} {flags}"
+
+
+def _dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, batch) -> Variant:
+    tf32 = dtype == torch.float32 and budget != 16  # fp32 both ways: TF32, and full precision on 16 SMs
+    align = 16 if aligned else 1
+    plan = decide(m, n, k, dtype, H200, schedule=schedule, num_sms=budget, tf32=tf32, batch=batch,
+                  operands=None if batch > 1 else ((m * k, align), (k * n, align)))
+    cfg = plan.config
+    staged = plan.stage_a or plan.stage_b
+    in_place = not aligned and not staged
+    out = {"fp32": "fp32", "fp16": "fp16"}.get(_NAMES[dtype], "bf16")
+    kw = dict(streamk=plan.sk_tiles > 0, has_c=has_c, tma=cfg.tma and not in_place, flatten=cfg.flatten,
+              tma_store=cfg.tma_store and (aligned or n % 8 == 0), layout=layout, batched=batch > 1,
+              k_tail=not plan.even_k, unaligned=in_place, scales=dtype == torch.float8_e4m3fn,
+              input_precision=plan.input_precision, out=out)
+    return Variant(_NAMES[dtype], (cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages,
+                   tuple(sorted(kw.items())))
+
+
+def _mxfp4(m, n, k, act, layout, budget, schedule, has_c) -> Variant | None:
+    a_mx = act == "mxfp4"
+    if mx_expands(m, n, k, a_mx) or (layout == "hopper" and k % 128):
+        return None  # expanded first: the dense bf16 path above
+    dtype = torch.float16 if act == "fp16" else torch.bfloat16
+    plan = decide(m, n, k, dtype, H200, schedule=schedule, num_sms=budget, mxfp4=True, mx_layout=layout)
+    cfg = plan.config
+    kw = dict(streamk=plan.sk_tiles > 0, has_c=has_c, a_mx=a_mx, b_mx=True, tma=cfg.tma, flatten=cfg.flatten,
+              tma_store=cfg.tma_store, mx_swap=cfg.mx_swap, mx_prefetch=cfg.mx_prefetch, k_tail=not plan.even_k,
+              mx_layout=layout, out=_NAMES[dtype])
+    return Variant(_NAMES[dtype], (cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages,
+                   tuple(sorted(kw.items())))
+
+
+def variants() -> dict[Variant, str]:
+    """Every variant of the grid, with the first problem that picks it."""
+    found: dict[Variant, str] = {}
+    for m, (n, k), budget, schedule in itertools.product(_M, _NK, _BUDGETS, _SCHEDULES):
+        where = f"{m}x{n}x{k} num_sms={budget} {schedule}"
+        for dtype, aligned, (layout, has_c) in itertools.product(_NAMES, (True, False), (("nt", True), ("nn", False))):
+            if not aligned and (dtype == torch.float8_e4m3fn or layout == "nn"):
+                continue  # fp8 operands must be aligned; one unaligned layout is enough
+            found.setdefault(_dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, 1),
+                             f"{where} {_NAMES[dtype]} {'aligned' if aligned else 'unaligned'} {layout} c={has_c}")
+        if m <= 1024 and n <= 4096:
+            for dtype in (torch.bfloat16, torch.float16):
+                found.setdefault(_dense(m, n, k, dtype, budget, schedule, True, "nn", False, 8),
+                                 f"8 x {where} {_NAMES[dtype]} batched")
+        for act, layout in itertools.product(("bf16", "fp16", "mxfp4"), ("ocp", "hopper")):
+            has_c = act != "mxfp4"
+            v = _mxfp4(m, n, k, act, layout, budget, schedule, has_c)
+            if v is not None:
+                found.setdefault(v, f"{where} MXFP4 {layout} weight, {act} activations, c={has_c}")
+    return found
+
+
+def compile_one(args: tuple[Variant, bool]) -> tuple[Variant, bool, str]:
+    """('' or the failure) of one variant with 32- or 64-bit offsets, in a worker process."""
+    from compile_report import compile_variant
+
+    variant, use_int64 = args
+    try:
+        kernel = compile_variant(variant.dtype, variant.tile, variant.warps, variant.stages, use_int64=use_int64,
+                                 **dict(variant.kw))
+    except Exception as e:  # every failure is a finding
+        return variant, use_int64, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}"
+    shared = kernel.metadata.shared
+    return variant, use_int64, "" if shared <= SHARED_LIMIT else f"shared memory {shared} > {SHARED_LIMIT} B"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--list", action="store_true", help="print the variants, compile nothing")
+    p.add_argument("--sample", type=int, default=0, help="compile only this many variants, spread over the grid")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = p.parse_args(argv)
+    found = variants()
+    todo = list(found)
+    if args.sample:
+        todo = todo[::max(1, len(todo) // args.sample)][:args.sample]
+    if args.list:
+        for v in todo:
+            print(f"{v.describe():90s} <- {found[v]}")
+        print(f"{len(todo)} variants")
+        return 0
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if env != dict(os.environ):
+        print("TRITON_INTERPRET is set: run without it (the interpreter cannot compile)", file=sys.stderr)
+        return 2
+    failures = 0
+    jobs = [(v, wide) for v in todo for wide in (False, True)]
+    with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
+        for done, (variant, wide, error) in enumerate(pool.map(compile_one, jobs), 1):
+            if error:
+                failures += 1
+                print(f"FAIL {variant.describe()} int64={wide} <- {found[variant]}\n     {error}", flush=True)
+            elif done % 50 == 0:
+                print(f"{done}/{len(jobs)} compiled", flush=True)
+    print(f"{len(jobs) - failures} of {len(jobs)} compiled ({len(todo)} variants, 32- and 64-bit offsets)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
