@@ -94,6 +94,19 @@ def test_hopper_layout_weight(m, schedule, num_sms, device):
             assert_gemm_close(got, a.dequantize(torch.float32), b.dequantize(torch.float32).t())
 
 
+@pytest.mark.parametrize("config", [TileConfig(128, 256, 64, num_warps=8, num_stages=3, tma=True, tma_store=True,
+                                               flatten=True),
+                                    TileConfig(64, 128, 128, num_warps=4, num_stages=4)], ids=["128x256", "64x128"])
+def test_hopper_layout_dense_model_tiles_are_narrowed(config, device):
+    """Tiles the dense model picks between decode and the expansion (M = 129-255) that cannot read a 'hopper'
+    weight as they are (plan.hopper_steps) run narrowed, with the right result."""
+    m, n, k = 200, 256, 512
+    x = randn((m, k), torch.bfloat16, device)
+    w = _weight(n, k, device).to_layout("hopper")
+    out = gemm_mxfp4(x, w, config=config, schedule="persistent", num_sms=4)
+    assert_gemm_close(out, x, w.dequantize(torch.float32).t())
+
+
 def test_hopper_layout_rows_must_be_16_byte_aligned(device):
     w = _weight(8, 256, device)
     padded = torch.zeros(8, 136, dtype=torch.uint8, device=device)  # rows 136 bytes apart: not 16-byte aligned
