@@ -18,6 +18,7 @@ _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 VARIANTS = [
     ((64, 64, 64), 4, 3, dict(batched=True, use_int64=True)),
     ((128, 128, 64), 8, 3, dict(batched=True, use_int64=True, tma=True, flatten=True, tma_store=True, layout="nn")),
+    ((256, 128, 64), 8, 4, dict(batched=True, use_int64=True, tma=True, flatten=True, tma_store=True, layout="nn")),
     ((128, 128, 64), 8, 3, dict(use_int64=True, tma=True, flatten=True, tma_store=True, streamk=True, has_c=True)),
     ((16, 64, 256), 4, 3, dict(use_int64=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
     ((64, 64, 64), 4, 3, dict(use_int64=True, k_tail=True, unaligned=True)),

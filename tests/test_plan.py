@@ -403,3 +403,17 @@ def test_mxfp4_hopper_layout_plans():
     assert make_mx_plan(300, 4096, 4096, torch.bfloat16, H200, layout="hopper").config.block_k >= 128
     near = make_mx_plan(1, 8192, 8192, torch.bfloat16, H200, layout="hopper")  # 128 tiles: split, 2 per SM
     assert (near.schedule, near.config.block_k) == ("streamk", 256) and near.num_programs > H200.num_sms
+
+
+def test_batched_tiles_of_one_column():
+    """Batched products with N <= 128: 256 x 128 tiles (4 stages) under an SM budget, 128 x 128 tiles with 256-byte
+    K steps on the whole device; a single product never takes 256 x 128 tiles (measured only batched)."""
+    cfg = make_plan(4096, 128, 4096, torch.bfloat16, H200, batch=8, num_sms=64).config
+    assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages) == (256, 128, 8, 4)
+    cfg = make_plan(4096, 128, 4096, torch.bfloat16, H200, batch=8).config
+    assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_stages) == (128, 128, 128, 3)
+    for budget in (None, 16, 64):
+        for m, n, k in ((4096, 128, 4096), (8192, 64, 8192), (2048, 2048, 2048)):
+            cfg = make_plan(m, n, k, torch.bfloat16, H200, num_sms=budget).config
+            assert (cfg.block_m, cfg.block_n) != (256, 128)
+        assert make_plan(2048, 256, 2048, torch.bfloat16, H200, batch=8, num_sms=budget).config.block_m <= 128

@@ -72,8 +72,10 @@ OUTPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # (BLOCK_M, BLOCK_N, num_warps), largest first.
 _CANDIDATE_TILES = (
     (128, 256, 8),
-    # Batched products of one tile column (N <= 128) only, with 4 stages: on the H200 8 x 4096 x 128 x 4096 ran 90.5
-    # us on 64 SMs against 110 with 128 x 128 x 128 tiles (76.9 / 76.0 on the whole chip; benchmarks/sweep_configs.py).
+    # Batched products of one tile column (N <= 128) under an SM budget only, with 4 stages: on the H200 (python -m
+    # smgemm bench --batched, both sides in one 64-SM green context) 32 x 2048 x 128 x 2048 ran 0.96 -> 1.17x of
+    # torch.bmm and 8 x 4096 x 128 x 4096 0.78 -> 0.96x against 128 x 128 x 128 tiles; on the whole chip they were
+    # 1-6% slower than those.
     (256, 128, 8),
     (128, 128, 8),
     (128, 64, 4),
@@ -359,7 +361,7 @@ def choose_config(
             continue
         if skinny and bm * bn == 128 * 128 and not fma:
             continue
-        if (bm, bn) == (256, 128) and (batch == 1 or n > bn or fma):
+        if (bm, bn) == (256, 128) and (batch == 1 or n > bn or fma or budget >= spec.num_sms):
             continue  # 256 x 128: see _CANDIDATE_TILES
         largest = bm * bn >= 128 * 256
         if skinny and largest and math.ceil(m / bm) * math.ceil(n / bn) < 0.8 * budget:
