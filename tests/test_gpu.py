@@ -183,3 +183,26 @@ def test_second_gpu():
         out = smgemm.matmul(a, b, num_sms=20)
     assert out.device == torch.device("cuda:1")
     assert_gemm_close(out, a, b)
+
+
+@pytest.mark.parametrize("m", [1, 16, 64, 128])
+@pytest.mark.parametrize("layout", ["ocp", "hopper"])
+@pytest.mark.parametrize("num_sms", [3, 32, 66])
+@pytest.mark.parametrize("schedule", ["auto", "persistent", "streamk"])
+def test_mxfp4_sm_budget_is_observed(m, layout, num_sms, schedule):
+    """The MXFP4 kernels (decode, swapped, "hopper" word expansion) keep to the budget as every GEMM does."""
+    from smgemm._gemm import gemm_mxfp4
+    from smgemm.plan import make_mx_plan
+
+    n, k = 32768, 512
+    x = randn((m, k), torch.bfloat16, "cuda")
+    w = smgemm.quantize_mxfp4(torch.randn(n, k, device="cuda"), layout=layout)
+    plan = make_mx_plan(m, n, k, torch.bfloat16, device_spec(x.device), schedule=schedule, num_sms=num_sms,
+                        layout=layout)
+    assert plan.num_tiles > num_sms and plan.num_programs <= num_sms
+    smids = torch.full((plan.num_programs,), -1, dtype=torch.int32, device="cuda")
+    out = gemm_mxfp4(x, w, schedule=schedule, num_sms=num_sms, smid_out=smids)
+    torch.cuda.synchronize()
+    seen = set(smids.tolist())
+    assert -1 not in seen and len(seen) <= num_sms, (len(seen), num_sms)
+    assert_gemm_close(out, x, w.dequantize(torch.float32).t())
