@@ -1,16 +1,17 @@
 """Compile for sm_90, on any machine (no GPU needed), every gemm_kernel variant the planner picks over a grid of
-problems, and report those that Triton's compiler rejects or that need more shared memory than a Hopper program may
-use. The interpreter runs the kernel as Python, so CPU tests cannot see either; without this a variant that never
-compiled would first fail on a GPU user's call of that shape.
+problems, and report those that Triton's compiler rejects, and those that need more shared memory than a Hopper
+program may use with the planned pipeline (a launch then runs them with fewer stages: slower). The interpreter runs
+the kernel as Python, so CPU tests cannot see either; without this a variant that never compiled would first fail
+on a GPU user's call of that shape.
 
-    python benchmarks/compile_plans.py              # the whole grid (~400 variants, ~20 min on 2 cores)
+    python benchmarks/compile_plans.py              # the whole grid (~1000 variants, ~15 min on 2 cores)
     python benchmarks/compile_plans.py --list       # the variants only, with a problem that picks each
     python benchmarks/compile_plans.py --sample 8   # 8 of them, spread over the grid (tests/test_compiles.py)
 
 The grid: dense bf16 / fp16 / fp8 / fp32 (TF32 and full precision) problems, rows aligned or not, B as an nn.Linear
-weight (with C) or row-major (without), 2-D and batched, on the whole H200 and on 16 and 66 SMs, every schedule;
-MXFP4 weights in both byte layouts with bf16, fp16 and MXFP4 activations. Each variant is compiled with 32- and with
-64-bit offsets.
+weight (with C in the output's dtype; also with an fp32 output) or row-major, A row- or column-major, 2-D and
+batched (with and without C), on the whole H200 and on 16 and 66 SMs, every schedule; MXFP4 weights in both byte
+layouts with bf16, fp16 and MXFP4 activations. Each variant is compiled with 32- and with 64-bit offsets.
 """
 
 import argparse
@@ -50,7 +51,7 @@ class Variant:
         return f"{self.dtype} {'x'.join(map(str, self.tile))} w{self.warps} s{self.stages} {flags}"
 
 
-def _dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, batch) -> Variant:
+def _dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, batch, out=None) -> Variant:
     tf32 = dtype == torch.float32 and budget != 16  # fp32 both ways: TF32, and full precision on 16 SMs
     align = 16 if aligned else 1
     plan = decide(m, n, k, dtype, H200, schedule=schedule, num_sms=budget, tf32=tf32, batch=batch,
@@ -58,11 +59,11 @@ def _dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, batch) -> V
     cfg = plan.config
     staged = plan.stage_a or plan.stage_b
     in_place = not aligned and not staged
-    out = {"fp32": "fp32", "fp16": "fp16"}.get(_NAMES[dtype], "bf16")
+    out = out or {"fp32": "fp32", "fp16": "fp16"}.get(_NAMES[dtype], "bf16")
     kw = dict(streamk=plan.sk_tiles > 0, has_c=has_c, tma=cfg.tma and not in_place, flatten=cfg.flatten,
               tma_store=cfg.tma_store and (aligned or n % 8 == 0), layout=layout, batched=batch > 1,
               k_tail=not plan.even_k, unaligned=in_place, scales=dtype == torch.float8_e4m3fn,
-              input_precision=plan.input_precision, out=out)
+              input_precision=plan.input_precision, out=out, c=out)
     return Variant(_NAMES[dtype], (cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages,
                    tuple(sorted(kw.items())))
 
@@ -76,7 +77,7 @@ def _mxfp4(m, n, k, act, layout, budget, schedule, has_c) -> Variant | None:
     cfg = plan.config
     kw = dict(streamk=plan.sk_tiles > 0, has_c=has_c, a_mx=a_mx, b_mx=True, tma=cfg.tma, flatten=cfg.flatten,
               tma_store=cfg.tma_store, mx_swap=cfg.mx_swap, mx_prefetch=cfg.mx_prefetch, k_tail=not plan.even_k,
-              mx_layout=layout, out=_NAMES[dtype])
+              mx_layout=layout, out=_NAMES[dtype], c=_NAMES[dtype])
     return Variant(_NAMES[dtype], (cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages,
                    tuple(sorted(kw.items())))
 
@@ -86,15 +87,19 @@ def variants() -> dict[Variant, str]:
     found: dict[Variant, str] = {}
     for m, (n, k), budget, schedule in itertools.product(_M, _NK, _BUDGETS, _SCHEDULES):
         where = f"{m}x{n}x{k} num_sms={budget} {schedule}"
-        for dtype, aligned, (layout, has_c) in itertools.product(_NAMES, (True, False), (("nt", True), ("nn", False))):
-            if not aligned and (dtype == torch.float8_e4m3fn or layout == "nn"):
+        layouts = (("nt", True, None), ("nn", False, None), ("tn", False, None), ("nt", False, "fp32"))
+        for dtype, aligned, (layout, has_c, out) in itertools.product(_NAMES, (True, False), layouts):
+            if not aligned and (dtype == torch.float8_e4m3fn or layout != "nt"):
                 continue  # fp8 operands must be aligned; one unaligned layout is enough
-            found.setdefault(_dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, 1),
-                             f"{where} {_NAMES[dtype]} {'aligned' if aligned else 'unaligned'} {layout} c={has_c}")
+            if out is not None and dtype != torch.bfloat16:
+                continue  # a wider output than the inputs: bf16 in, fp32 out
+            found.setdefault(_dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, 1, out),
+                             f"{where} {_NAMES[dtype]} {'aligned' if aligned else 'unaligned'} {layout} c={has_c}"
+                             f" out={out or 'as inputs'}")
         if m <= 1024 and n <= 4096:
-            for dtype in (torch.bfloat16, torch.float16):
-                found.setdefault(_dense(m, n, k, dtype, budget, schedule, True, "nn", False, 8),
-                                 f"8 x {where} {_NAMES[dtype]} batched")
+            for dtype, has_c in itertools.product((torch.bfloat16, torch.float16), (False, True)):
+                found.setdefault(_dense(m, n, k, dtype, budget, schedule, True, "nn", has_c, 8),
+                                 f"8 x {where} {_NAMES[dtype]} batched c={has_c}")
         for act, layout in itertools.product(("bf16", "fp16", "mxfp4"), ("ocp", "hopper")):
             has_c = act != "mxfp4"
             v = _mxfp4(m, n, k, act, layout, budget, schedule, has_c)
@@ -103,18 +108,22 @@ def variants() -> dict[Variant, str]:
     return found
 
 
-def compile_one(args: tuple[Variant, bool]) -> tuple[Variant, bool, str]:
-    """('' or the failure) of one variant with 32- or 64-bit offsets, in a worker process."""
+def compile_one(args: tuple[Variant, bool]) -> tuple[Variant, bool, str, int]:
+    """(the failure or '', the stages that fit) of one variant with 32- or 64-bit offsets, in a worker process. As
+    `_launch.run_cached` does at a launch, a build that needs more shared memory than a program may use is retried
+    with one stage fewer, down to one."""
     from compile_report import compile_variant
 
     variant, use_int64 = args
-    try:
-        kernel = compile_variant(variant.dtype, variant.tile, variant.warps, variant.stages, use_int64=use_int64,
-                                 **dict(variant.kw))
-    except Exception as e:  # every failure is a finding
-        return variant, use_int64, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}"
-    shared = kernel.metadata.shared
-    return variant, use_int64, "" if shared <= SHARED_LIMIT else f"shared memory {shared} > {SHARED_LIMIT} B"
+    for stages in range(variant.stages, 0, -1):
+        try:
+            kernel = compile_variant(variant.dtype, variant.tile, variant.warps, stages, use_int64=use_int64,
+                                     **dict(variant.kw))
+        except Exception as e:  # every failure is a finding
+            return variant, use_int64, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}", 0
+        if kernel.metadata.shared <= SHARED_LIMIT:
+            return variant, use_int64, "", stages
+    return variant, use_int64, f"shared memory {kernel.metadata.shared} > {SHARED_LIMIT} B with one stage", 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,16 +145,21 @@ def main(argv: list[str] | None = None) -> int:
     if env != dict(os.environ):
         print("TRITON_INTERPRET is set: run without it (the interpreter cannot compile)", file=sys.stderr)
         return 2
-    failures = 0
+    failures = fewer = 0
     jobs = [(v, wide) for v in todo for wide in (False, True)]
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-        for done, (variant, wide, error) in enumerate(pool.map(compile_one, jobs), 1):
+        for done, (variant, wide, error, stages) in enumerate(pool.map(compile_one, jobs), 1):
             if error:
                 failures += 1
                 print(f"FAIL {variant.describe()} int64={wide} <- {found[variant]}\n     {error}", flush=True)
+            elif stages < variant.stages:
+                fewer += 1
+                print(f"FEWER STAGES {variant.describe()} int64={wide}: fits with {stages} <- {found[variant]}",
+                      flush=True)
             elif done % 50 == 0:
                 print(f"{done}/{len(jobs)} compiled", flush=True)
-    print(f"{len(jobs) - failures} of {len(jobs)} compiled ({len(todo)} variants, 32- and 64-bit offsets)")
+    print(f"{len(jobs) - failures} of {len(jobs)} compiled ({len(todo)} variants, 32- and 64-bit offsets); "
+          f"{fewer} of them only with fewer stages than planned")
     return 1 if failures else 0
 
 

@@ -47,9 +47,10 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
                     mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp",
-                    use_int64=False, scales=False, input_precision="tf32", out="bf16"):
+                    use_int64=False, scales=False, input_precision="tf32", out="bf16", c="fp32"):
     """gemm_kernel compiled for sm_90 as a launch with these operands and plan would build it (`scales`: fp8's
-    per-row / per-column scales; `out`: the output's dtype; an fp16 `dtype` with `b_mx` is the MX_FP16 route)."""
+    per-row / per-column scales; `out` / `c`: the output's and C's dtypes; an fp16 `dtype` with `b_mx` is the
+    MX_FP16 route)."""
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -88,6 +89,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
             constexprs[name] = None
         elif name == "d_ptr":
             signature[name] = f"*{out}"
+        elif name == "c_ptr":
+            signature[name] = f"*{c}"
         elif name.endswith("_ptr"):
             signature[name] = _POINTERS[name]
         else:
