@@ -518,9 +518,9 @@ def make_mx_plan(
         # waits only on lower programs, which started first, so the schedule needs no co-residency.
         spec, num_sms = dataclasses.replace(spec, num_sms=2 * spec.num_sms), None
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
-    if layout == "hopper" and hopper_steps(plan.config) != plan.config:
-        plan = make_plan(m, n, k, dtype, spec, schedule=plan.schedule, num_sms=num_sms,
-                         config=hopper_steps(plan.config))
+    readable = hopper_steps(plan.config) if layout == "hopper" else plan.config
+    if readable != plan.config:
+        plan = make_plan(m, n, k, dtype, spec, schedule=plan.schedule, num_sms=num_sms, config=readable)
     return plan
 
 

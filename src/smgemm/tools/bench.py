@@ -298,12 +298,13 @@ def bench_batched(shapes: list[tuple[int, int, int, int]], dtype: torch.dtype, b
     (a green context, which confines torch.bmm to those SMs too; cuBLASLt's carve-out does not apply to bmm). Where
     the driver gives no green contexts, torch.bmm runs on the whole chip (the "peer SMs" column says so)."""
     rows = []
+    parts = {sms: smgemm.SMPartition(sms) for sms in budgets if sms}
     for batch, m, n, k in progress(shapes, "batched"):
         copies = max(1, min(8, math.ceil(256e6 / (batch * (m * k + k * n) * 2))))
         sets = [(torch.randn(batch, m, k, device="cuda").to(dtype), torch.randn(batch, k, n, device="cuda").to(dtype))
                 for _ in range(copies)]
         for sms in budgets:
-            part = smgemm.SMPartition(sms) if sms else None
+            part = parts.get(sms)
             ours = (lambda a, b, sms=sms: smgemm.bmm(a, b, num_sms=sms))
             with part if part is not None else contextlib.nullcontext():
                 err = rel_err(ours(*sets[0]), torch.bmm(*sets[0]))
