@@ -159,3 +159,13 @@ def test_batched_products_with_64_bit_offsets(schedule, b_layout):
     out = smgemm.bmm(a, b, schedule=schedule)
     assert needs_int64(out)
     _check(out, a, b)
+
+
+def test_batched_256_row_tiles_under_a_budget(device):
+    """A batched product of one tile column on a few SMs runs 256 x 128 tiles (plan.py, _CANDIDATE_TILES): rows past
+    M and columns past N of each matrix stay out of the result."""
+    a, b = randn((2, 300, 64), torch.float16, device), randn((2, 64, 100), torch.float16, device)
+    plan = smgemm.make_plan(300, 100, 64, torch.float16, device_spec(a.device), num_sms=4, batch=2)
+    assert (plan.config.block_m, plan.config.block_n) == (256, 128)
+    out = smgemm.bmm(a, b, num_sms=4)
+    _check(out, a, b)
