@@ -9,9 +9,10 @@ on a GPU user's call of that shape.
     python benchmarks/compile_plans.py --sample 8   # 8 of them, spread over the grid (tests/test_compiles.py)
 
 The grid: dense bf16 / fp16 / fp8 / fp32 (TF32 and full precision) problems, rows aligned or not, B as an nn.Linear
-weight (with C in the output's dtype; also with an fp32 output) or row-major, A row- or column-major, 2-D and
-batched (with and without C), on the whole H200 and on 16 and 66 SMs, every schedule; MXFP4 weights in both byte
-layouts with bf16, fp16 and MXFP4 activations. Each variant is compiled with 32- and with 64-bit offsets.
+weight (with a bias or a C matrix in the output's dtype; also with an fp32 output) or row-major, A row- or
+column-major, 2-D and batched (with and without C), on the whole H200 and on 16 and 66 SMs, every schedule; MXFP4
+weights in both byte layouts with bf16, fp16 and MXFP4 activations. Each variant is compiled with 32- and with
+64-bit offsets.
 """
 
 import argparse
@@ -60,7 +61,8 @@ def _dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, batch, out=
     staged = plan.stage_a or plan.stage_b
     in_place = not aligned and not staged
     out = out or {"fp32": "fp32", "fp16": "fp16"}.get(_NAMES[dtype], "bf16")
-    kw = dict(streamk=plan.sk_tiles > 0, has_c=has_c, tma=cfg.tma and not in_place, flatten=cfg.flatten,
+    kw = dict(streamk=plan.sk_tiles > 0, has_c=bool(has_c), c_row=has_c == "row", tma=cfg.tma and not in_place,
+              flatten=cfg.flatten,
               tma_store=cfg.tma_store and (aligned or n % 8 == 0), layout=layout, batched=batch > 1,
               k_tail=not plan.even_k, unaligned=in_place, scales=dtype == torch.float8_e4m3fn,
               input_precision=plan.input_precision, out=out, c=out)
@@ -75,7 +77,8 @@ def _mxfp4(m, n, k, act, layout, budget, schedule, has_c) -> Variant | None:
     dtype = torch.float16 if act == "fp16" else torch.bfloat16
     plan = decide(m, n, k, dtype, H200, schedule=schedule, num_sms=budget, mxfp4=True, mx_layout=layout)
     cfg = plan.config
-    kw = dict(streamk=plan.sk_tiles > 0, has_c=has_c, a_mx=a_mx, b_mx=True, tma=cfg.tma, flatten=cfg.flatten,
+    kw = dict(streamk=plan.sk_tiles > 0, has_c=bool(has_c), c_row=has_c == "row", a_mx=a_mx, b_mx=True,
+              tma=cfg.tma, flatten=cfg.flatten,
               tma_store=cfg.tma_store, mx_swap=cfg.mx_swap, mx_prefetch=cfg.mx_prefetch, k_tail=not plan.even_k,
               mx_layout=layout, out=_NAMES[dtype], c=_NAMES[dtype])
     return Variant(_NAMES[dtype], (cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages,
@@ -87,7 +90,8 @@ def variants() -> dict[Variant, str]:
     found: dict[Variant, str] = {}
     for m, (n, k), budget, schedule in itertools.product(_M, _NK, _BUDGETS, _SCHEDULES):
         where = f"{m}x{n}x{k} num_sms={budget} {schedule}"
-        layouts = (("nt", True, None), ("nn", False, None), ("tn", False, None), ("nt", False, "fp32"))
+        layouts = (("nt", "row", None), ("nt", "matrix", None), ("nn", False, None), ("tn", False, None),
+                   ("nt", False, "fp32"))
         for dtype, aligned, (layout, has_c, out) in itertools.product(_NAMES, (True, False), layouts):
             if not aligned and (dtype == torch.float8_e4m3fn or layout != "nt"):
                 continue  # fp8 operands must be aligned; one unaligned layout is enough
@@ -97,11 +101,11 @@ def variants() -> dict[Variant, str]:
                              f"{where} {_NAMES[dtype]} {'aligned' if aligned else 'unaligned'} {layout} c={has_c}"
                              f" out={out or 'as inputs'}")
         if m <= 1024 and n <= 4096:
-            for dtype, has_c in itertools.product((torch.bfloat16, torch.float16), (False, True)):
+            for dtype, has_c in itertools.product((torch.bfloat16, torch.float16), (False, "matrix")):
                 found.setdefault(_dense(m, n, k, dtype, budget, schedule, True, "nn", has_c, 8),
                                  f"8 x {where} {_NAMES[dtype]} batched c={has_c}")
         for act, layout in itertools.product(("bf16", "fp16", "mxfp4"), ("ocp", "hopper")):
-            has_c = act != "mxfp4"
+            has_c = act != "mxfp4" and "row"
             v = _mxfp4(m, n, k, act, layout, budget, schedule, has_c)
             if v is not None:
                 found.setdefault(v, f"{where} MXFP4 {layout} weight, {act} activations, c={has_c}")

@@ -47,15 +47,16 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
                     mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp",
-                    use_int64=False, scales=False, input_precision="tf32", out="bf16", c="fp32"):
+                    use_int64=False, scales=False, input_precision="tf32", out="bf16", c="fp32", c_row=False):
     """gemm_kernel compiled for sm_90 as a launch with these operands and plan would build it (`scales`: fp8's
-    per-row / per-column scales; `out` / `c`: the output's and C's dtypes; an fp16 `dtype` with `b_mx` is the
-    MX_FP16 route)."""
+    per-row / per-column scales; `out` / `c`: the output's and C's dtypes, `c_row`: C one row broadcast over M (a
+    bias); an fp16 `dtype` with `b_mx` is the MX_FP16 route)."""
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
             "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1}
     consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=not k_tail, HAS_C=has_c,
+                  C_ROW=has_c and c_row,
                   HAS_SCALE_A=scales, HAS_SCALE_B=scales, INTERPRETER=False, INPUT_PRECISION=input_precision,
                   USE_INT64=use_int64,
                   STREAMK=streamk, FIXUP_N=fixup_columns(TileConfig(*tile, num_warps=warps)), FLAG_LANES=32 * warps,
@@ -144,6 +145,7 @@ def main():
     p.add_argument("--stages", type=int, default=3)
     p.add_argument("--streamk", action="store_true")
     p.add_argument("--has-c", action="store_true")
+    p.add_argument("--c-row", action="store_true", help="with --has-c: C is a bias, one row broadcast over M")
     p.add_argument("--a-mx", action="store_true")
     p.add_argument("--b-mx", action="store_true")
     p.add_argument("--tma", action="store_true", help="A and (a transposed) B through device-built tensor descriptors")
@@ -164,6 +166,7 @@ def main():
     args = p.parse_args()
     tile = tuple(int(x) for x in args.tile.split(","))
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
+                             c_row=args.c_row,
                              a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
                              tma_store=args.tma_store, layout=args.layout,
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,

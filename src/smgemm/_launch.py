@@ -86,7 +86,7 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     )
     meta = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        EVEN_K=plan.even_k, HAS_C=c is not None,
+        EVEN_K=plan.even_k, HAS_C=c is not None, C_ROW=c is not None and stride_cm == 0,
         HAS_SCALE_A=scale_a is not None, HAS_SCALE_B=scale_b is not None,
         INTERPRETER=a.device.type == "cpu",
         INPUT_PRECISION=plan.input_precision, USE_INT64=use_int64,

@@ -543,7 +543,7 @@ def k_loop_mx(
 @triton.jit
 def epilogue(
     acc, pid_m, pid_n, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, sa_ptr, sb_ptr, scale_strides, coeffs,
-    HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
+    HAS_C: tl.constexpr, C_ROW: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_INT64: tl.constexpr, INTERPRETER: tl.constexpr,
     D_DESC: tl.constexpr, matrix=0, BATCHED: tl.constexpr = False,
 ):
@@ -551,7 +551,10 @@ def epilogue(
     tile (pid_m, pid_n) of `shape` (M, N, K); (alpha, beta) = `coeffs`.
 
     C is any (M, N)-broadcastable tensor given by its strides: a bias along N has stride_cm == 0, a full
-    matrix has both strides. C is not read unless HAS_C, so beta == 0 never propagates NaN from C.
+    matrix has both strides. C is not read unless HAS_C, so beta == 0 never propagates NaN from C. C_ROW: C is one
+    row broadcast over M (stride_cm == 0), read as a [BLOCK_N] vector: a [BLOCK_M, BLOCK_N] tile load would need a
+    layout conversion through shared memory as large as the tile (Triton 3.7 keeps it beside the pipeline's
+    buffers in a flattened loop: 128 x 256 fp32 tiles then fit one stage only).
     scale_a is per row (or per tensor with stride 0), scale_b per column (or per tensor).
     D_DESC: store through the tensor descriptor `d_desc` (TMA, blocks [BLOCK_M, BLOCK_N // 2], clipped at the edges)
     in two halves, so that each half's staging buffer is small (BATCHED: `d_desc` is 3-D, [batch, M, N], written at
@@ -575,7 +578,9 @@ def epilogue(
         acc = acc * tl.load(sb_ptr + offs_n * stride_sb, mask=mask_n, other=0.0)[None, :]
     acc = acc * alpha
     mask = mask_m[:, None] & mask_n[None, :]
-    if HAS_C:
+    if HAS_C and C_ROW:
+        acc += beta * tl.load(c_ptr + offs_n * stride_cn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    elif HAS_C:
         p_c = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
         acc += beta * tl.load(p_c, mask=mask, other=0.0).to(tl.float32)
     if INTERPRETER and d_ptr.dtype.element_ty == tl.bfloat16:

@@ -96,7 +96,8 @@ def gemm_kernel(
     epoch,  # this launch's Stream-K id
     coeffs,  # (alpha, beta)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, HAS_C: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
+    EVEN_K: tl.constexpr, HAS_C: tl.constexpr, C_ROW: tl.constexpr, HAS_SCALE_A: tl.constexpr,
+    HAS_SCALE_B: tl.constexpr,
     INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     STREAMK: tl.constexpr, FIXUP_N: tl.constexpr, FLAG_LANES: tl.constexpr, RECORD_SMID: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
@@ -152,7 +153,7 @@ def gemm_kernel(
         )
         epilogue(
             acc, pid_m, pid_n, shape, d_t, d_desc, d_strides, c_t, c_strides, sa_ptr, sb_ptr, scale_strides, coeffs,
-            HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED,
+            HAS_C, C_ROW, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED,
         )
     if STREAMK:
         # Stream-K over the tiles from dp_tiles on, their K-iterations numbered tile-major from 0: program pid owns
@@ -205,8 +206,8 @@ def gemm_kernel(
             elif seg_start == tile_start:
                 epilogue(
                     acc, pid_m, pid_n, shape, d_t, d_desc, d_strides, c_t, c_strides, sa_ptr, sb_ptr, scale_strides,
-                    coeffs, HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, matrix,
-                    BATCHED,
+                    coeffs, HAS_C, C_ROW, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
+                    matrix, BATCHED,
                 )
             else:
                 # This program finishes a tile that lower programs started: the tile is summed in program order
@@ -235,7 +236,7 @@ def gemm_kernel(
                     part += _column_block(acc, j, BLOCK_M, BLOCK_N // FIXUP_N, FIXUP_N)
                     epilogue(
                         part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, shape, d_t, d_desc, d_strides, c_t, c_strides,
-                        sa_ptr, sb_ptr, scale_strides, coeffs, HAS_C, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N,
+                        sa_ptr, sb_ptr, scale_strides, coeffs, HAS_C, C_ROW, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N,
                         USE_INT64, INTERPRETER, False,
                     )
             seg_end = seg_start
