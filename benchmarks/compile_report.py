@@ -146,6 +146,9 @@ def main():
     p.add_argument("--streamk", action="store_true")
     p.add_argument("--has-c", action="store_true")
     p.add_argument("--c-row", action="store_true", help="with --has-c: C is a bias, one row broadcast over M")
+    p.add_argument("--out", default="", help="the output's dtype (default: fp32 for fp32 inputs, fp16 for fp16, "
+                                              "else bf16)")
+    p.add_argument("--c", default="", help="C's dtype (default: the output's)")
     p.add_argument("--a-mx", action="store_true")
     p.add_argument("--b-mx", action="store_true")
     p.add_argument("--tma", action="store_true", help="A and (a transposed) B through device-built tensor descriptors")
@@ -165,8 +168,9 @@ def main():
                    help="--k-tail with A's and B's row strides not multiples of 16 elements (operands read in place)")
     args = p.parse_args()
     tile = tuple(int(x) for x in args.tile.split(","))
+    out = args.out or {"fp32": "fp32", "fp16": "fp16"}.get(args.dtype, "bf16")
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
-                             c_row=args.c_row,
+                             c_row=args.c_row, out=out, c=args.c or out,
                              a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
                              tma_store=args.tma_store, layout=args.layout,
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,

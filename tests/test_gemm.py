@@ -80,6 +80,16 @@ def test_bias_is_along_n_in_every_tile(device):
         assert_gemm_close(out, a, b, beta=1.0, c=bias)
 
 
+def test_four_byte_c_matrix_in_every_tile(device):
+    # A 4-byte C matrix is added a column half at a time: distinct values in every row and column, tiles cut at both
+    # edges, and Stream-K's finishing programs (which add C to column blocks narrower than the tile).
+    a, b = Case(70, 90, 60, "fp32", "nt").operands(device)
+    c = randn((70, 90), torch.float32, device)
+    for schedule, num_sms in (("data_parallel", None), ("persistent", 2), ("streamk", 4)):
+        out = gemm(a, b, c=c, alpha=0.5, beta=-1.5, schedule=schedule, num_sms=num_sms, config=SMALL)
+        assert_gemm_close(out, a, b, alpha=0.5, beta=-1.5, c=c)
+
+
 def test_in_place_c_update(device):
     a, b = Case(48, 64, 32, "fp32", "tn").operands(device)
     c = randn((48, 64), torch.float32, device)

@@ -56,6 +56,9 @@ def test_descriptor_store_with_epilogue_and_in_place(schedule, device):
     expected_c = c.clone()
     gemm(a, b, c=c, beta=-1.0, out=c, config=HOPPER, schedule=schedule, num_sms=3)
     assert_gemm_close(c, a, b, beta=-1.0, c=expected_c)
+    c32 = randn((72, 128), torch.float32, device)  # 4 bytes: read and stored a column half at a time
+    out = gemm(a, b, c=c32, beta=-1.0, out_dtype=torch.float32, config=HOPPER, schedule=schedule, num_sms=3)
+    assert_gemm_close(out, a, b, beta=-1.0, c=c32)
 
 
 def test_fp8_scales_through_descriptors(device):
