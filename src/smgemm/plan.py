@@ -473,7 +473,7 @@ _MX_DECODE_SHORT_K = 4096  # decode K loops up to here run data-parallel over 16
 
 
 # From this many weight elements on (N * K: the 70B projections, lm_head), decode (M <= 16) of a "hopper" weight runs
-# 16 x 128 x 128 tiles split by Stream-K, one program per SM: on the H200 (benchmarks/sweep_mxfp4.py --layout hopper,
+# 16 x 128 x 128 tiles split by Stream-K, two programs per SM: on the H200 (benchmarks/sweep_mxfp4.py --layout hopper,
 # against the 16 x 64 plans in the same run) 1 x 8192 x 28672 65.3 -> 59.9 us, 1 x 28672 x 8192 69.6 -> 65.6,
 # 16 x 28672 x 8192 64.4 -> 57.7; at 14336 x 4096 and 4096 x 4096 it was 2-13% slower, at 4096 x 14336 0-7% faster.
 _MX_WIDE_DECODE_MIN = 2**27
@@ -506,15 +506,14 @@ def make_mx_plan(
       Stream-K's split stays faster. Otherwise Stream-K splits the tiles; with a budget below the device's SMs the grid
       stays within it, as for every GEMM.
     * decode of a "hopper" weight of at least _MX_WIDE_DECODE_MIN elements on the whole device: 16 x 128 x 128 tiles
-      with 4 stages, split by Stream-K, one program per SM.
+      with 4 stages, split by Stream-K (two programs per SM, as below).
     """
-    two_per_sm = layout == "hopper" and m <= 64
     if config is None:
         config = mx_config(m, n, k, layout)
         decode = schedule == "auto" and whole_device(num_sms, spec) and config is not None and m <= 16
         if decode and layout == "hopper" and n * k >= _MX_WIDE_DECODE_MIN:
             config = dataclasses.replace(config, block_n=128, block_k=128, num_stages=4)
-            schedule, two_per_sm = "streamk", False
+            schedule = "streamk"
         elif decode and math.ceil(n / config.block_n) >= spec.num_sms:
             schedule = "data_parallel"  # one program per tile, like a data-parallel launch
         elif decode and layout == "ocp" and k <= _MX_DECODE_SHORT_K and \
@@ -525,7 +524,7 @@ def make_mx_plan(
             schedule = "streamk"  # as measured with mx_config's tiles (persistent where nothing splits)
         if layout == "hopper" and schedule != "data_parallel" and m <= 16:
             config = dataclasses.replace(config, block_k=min(config.block_k, 256), num_stages=4)
-    if two_per_sm and schedule != "data_parallel" and whole_device(num_sms, spec):
+    if layout == "hopper" and m <= 64 and schedule != "data_parallel" and whole_device(num_sms, spec):
         # Two programs per SM: a split decode GEMM hides its expansion's latency behind the other program's (on the
         # H200 1 x 4096 x 14336 26.2 -> 22.6 us, 64 x 14336 x 4096 36.2 -> 30.2; three per SM were slower). Stream-K
         # waits only on lower programs, which started first, so the schedule needs no co-residency.
