@@ -45,3 +45,17 @@ def test_hopper_path_full_chip_and_sm_budgets():
     budget_rows = bench_budgets([(8192, 8192, 8192)], torch.bfloat16, [16, 66])
     print(_table(budget_rows))
     assert all(r["rel err"] < 1e-2 for r in rows + budget_rows)
+
+
+def test_epilogue_bias_and_c_matrix():
+    """linear with a bias and addmm with a C matrix against torch's, bf16 and TF32 (a 4-byte C matrix is read in
+    column halves)."""
+    import torch
+
+    from smgemm.tools.bench import bench_epilogue, table_dtype
+
+    rows = bench_epilogue([(4096, 4096, 4096), (1024, 6144, 4096)], torch.bfloat16)
+    with table_dtype("tf32") as dtype:
+        rows += bench_epilogue([(4096, 4096, 4096)], dtype)
+    print("\n" + _table(rows))
+    assert all(r["rel err"] < 1e-2 for r in rows)

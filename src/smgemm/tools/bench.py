@@ -319,6 +319,33 @@ def bench_batched(shapes: list[tuple[int, int, int, int]], dtype: torch.dtype, b
     return rows
 
 
+# Problems of the epilogue table: square, Llama-3 8B MLP and QKV, and M = 128 decode-batch rows.
+EPILOGUE_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096), (1024, 6144, 4096), (128, 8192, 8192)]
+
+
+def bench_epilogue(shapes: list[tuple[int, int, int]], dtype: torch.dtype) -> list[dict]:
+    """Full chip, side by side: smgemm.linear(x, w, bias) vs torch's (C a bias along N), and smgemm.addmm(C, x, w.t())
+    vs torch.addmm (C a full [M, N] matrix in the inputs' dtype)."""
+    rows = []
+    kinds = {"bias": (lambda x, wc: smgemm.linear(x, *wc), lambda x, wc: torch.nn.functional.linear(x, *wc)),
+             "matrix": (lambda x, wc: smgemm.addmm(wc[1], x, wc[0].t()),
+                        lambda x, wc: torch.addmm(wc[1], x, wc[0].t()))}
+    for m, n, k in progress(shapes, "epilogue"):
+        copies = max(2, min(8, math.ceil(256e6 / ((m * k + n * k + m * n) * dtype.itemsize))))
+        for kind, (ours, peer) in kinds.items():
+            sets = [(torch.randn(m, k, device="cuda").to(dtype),
+                     (torch.randn(n, k, device="cuda").to(dtype),
+                      torch.randn(*((n,) if kind == "bias" else (m, n)), device="cuda").to(dtype)))
+                    for _ in range(copies)]
+            err = rel_err(ours(*sets[0]), peer(*sets[0]))
+            t_ours, t_peer = time_rotating(ours, sets), time_rotating(peer, sets)
+            flop = 2 * m * n * k
+            rows.append({"M": m, "N": n, "K": k, "C": kind, "smgemm TFLOP/s": flop / t_ours / 1e9,
+                         "torch TFLOP/s": flop / t_peer / 1e9, "ratio": t_peer / t_ours, "rel err": err})
+            del sets
+    return rows
+
+
 def host_overhead(iters: int = 2000) -> list[dict[str, object]]:
     """Host microseconds per call of a tiny cached GEMM (launch-bound, no sync inside the loop)."""
     a = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
@@ -376,6 +403,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "at M = 1-128")
     p.add_argument("--mxfp4-layouts", default=["ocp", "hopper"], type=choices_list(LAYOUTS),
                    help="comma list of the weight's byte layouts to time")
+    p.add_argument("--epilogue", action="store_true",
+                   help="also linear with a bias and addmm with a C matrix vs torch, per --dtype")
     p.add_argument("--batched", action="store_true",
                    help="also smgemm.bmm vs torch.bmm (attention- and MoE-like shapes; full chip, and both on 64 SMs)")
 
@@ -394,11 +423,11 @@ def run(args: argparse.Namespace) -> int:
     for name in args.dtype:  # --dtype '': no dense tables
         with table_dtype(name) as dtype:
             peer = "torch._scaled_mm(use_fast_accum=True)" if name == "fp8" else "torch.matmul"
-            print(f"\n## {name}: full chip, smgemm.matmul vs {peer}")
-            rows = bench_full_chip(shapes, dtype, args.schedules)
-            print(table(rows))
-            ratios = [r["ratio"] for r in rows]
-            if ratios:
+            if shapes:  # --suite '': no full-chip table
+                print(f"\n## {name}: full chip, smgemm.matmul vs {peer}")
+                rows = bench_full_chip(shapes, dtype, args.schedules)
+                print(table(rows))
+                ratios = [r["ratio"] for r in rows]
                 print(f"geometric mean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}, lowest "
                       f"{min(ratios):.3f} ({len(ratios)} problems)")
             if budgets and name != "fp8":
@@ -415,6 +444,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE, layouts=layouts)
                         + bench_mxfp4(MXFP4_LARGE, both=True, layouts=layouts)))
+    if args.epilogue:
+        for name in args.dtype:
+            if name != "fp8":
+                with table_dtype(name) as dtype:
+                    print(f"\n## {name}: full chip, with C: smgemm.linear (bias) / smgemm.addmm (matrix) vs torch's")
+                    print(table(bench_epilogue(EPILOGUE_SHAPES, dtype)))
     if args.batched:
         for name in args.dtype or ["bf16"]:
             if name in ("bf16", "fp16"):
