@@ -404,14 +404,17 @@ def test_mxfp4_hopper_layout_plans():
     near = make_mx_plan(1, 8192, 8192, torch.bfloat16, H200, layout="hopper")  # 128 tiles: split, 2 per SM
     assert (near.schedule, near.config.block_k) == ("streamk", 256) and near.num_programs > H200.num_sms
     # Weights of 2^27 elements and more (70B projections, lm_head): 16 x 128 x 128 tiles, 4 stages, split by
-    # Stream-K over two programs per SM; under a budget, the 16 x 64 tiles.
+    # Stream-K over two programs per SM (32 x 128 x 256 at 16 < M <= 32); under a budget, the 64-row tiles.
     for n, k in ((28672, 8192), (8192, 28672), (128256, 4096)):
         for m in (1, 16):
             wide = make_mx_plan(m, n, k, torch.bfloat16, H200, layout="hopper")
             assert wide.schedule == "streamk" and H200.num_sms < wide.num_programs <= 2 * H200.num_sms, (m, n, k)
             assert (wide.config.block_n, wide.config.block_k, wide.config.num_stages) == (128, 128, 4)
         assert make_mx_plan(1, n, k, torch.bfloat16, H200, layout="hopper", num_sms=66).config.block_n == 64
-    assert make_mx_plan(17, 28672, 8192, torch.bfloat16, H200, layout="hopper").config.block_n == 64
+        cfg = make_mx_plan(32, n, k, torch.bfloat16, H200, layout="hopper").config  # 32 x 128 x 256 above M = 16
+        assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_stages) == (32, 128, 256, 3)
+    assert make_mx_plan(33, 28672, 8192, torch.bfloat16, H200, layout="hopper").config.block_n == 64
+    assert make_mx_plan(32, 14336, 4096, torch.bfloat16, H200, layout="hopper").config.block_n == 64
     assert make_mx_plan(1, 28672, 8192, torch.bfloat16, H200).config.block_n == 64  # the "ocp" layout
 
 

@@ -472,10 +472,13 @@ def mx_expands(m: int, n: int, k: int, a_mx: bool) -> bool:
 _MX_DECODE_SHORT_K = 4096  # decode K loops up to here run data-parallel over 16 x 32 tiles (make_mx_plan)
 
 
-# From this many weight elements on (N * K: the 70B projections, lm_head), decode (M <= 16) of a "hopper" weight runs
+# From this many weight elements on (N * K: the 70B projections, lm_head), a "hopper" weight at M <= 16 runs
 # 16 x 128 x 128 tiles split by Stream-K, two programs per SM: on the H200 (benchmarks/sweep_mxfp4.py --layout hopper,
 # against the 16 x 64 plans in the same run) 1 x 8192 x 28672 65.3 -> 59.9 us, 1 x 28672 x 8192 69.6 -> 65.6,
 # 16 x 28672 x 8192 64.4 -> 57.7; at 14336 x 4096 and 4096 x 4096 it was 2-13% slower, at 4096 x 14336 0-7% faster.
+# At 16 < M <= 32, 32 x 128 x 256 tiles against the 32 x 64 x 256 plan: 32 x 28672 x 8192 72.0 -> 70.7 us, 32 x 8192 x
+# 28672 73.8 -> 71.1, 32 x 128256 x 4096 157 -> 143, and 23.8 -> 25.2 at 32 x 14336 x 4096; at M = 64, 64 x 128 x 128
+# tiles were 9-13% slower than the 64 x 64 plan.
 _MX_WIDE_DECODE_MIN = 2**27
 
 
@@ -505,14 +508,17 @@ def make_mx_plan(
       narrower tiles: 16 x 4096 x 4096 13.1 -> 11.4 us, 16 x 6144 x 4096 17.1 -> 15.8; with longer K loops (5120 and up)
       Stream-K's split stays faster. Otherwise Stream-K splits the tiles; with a budget below the device's SMs the grid
       stays within it, as for every GEMM.
-    * decode of a "hopper" weight of at least _MX_WIDE_DECODE_MIN elements on the whole device: 16 x 128 x 128 tiles
-      with 4 stages, split by Stream-K (two programs per SM, as below).
+    * M <= 32 with a "hopper" weight of at least _MX_WIDE_DECODE_MIN elements on the whole device: tiles of 128
+      weight rows (16 x 128 x 128 with 4 stages, 32 x 128 x 256 with 3 above M = 16), split by Stream-K (two programs
+      per SM, as below).
     """
     if config is None:
         config = mx_config(m, n, k, layout)
         decode = schedule == "auto" and whole_device(num_sms, spec) and config is not None and m <= 16
-        if decode and layout == "hopper" and n * k >= _MX_WIDE_DECODE_MIN:
-            config = dataclasses.replace(config, block_n=128, block_k=128, num_stages=4)
+        if schedule == "auto" and whole_device(num_sms, spec) and layout == "hopper" and m <= 32 and \
+                n * k >= _MX_WIDE_DECODE_MIN:
+            config = dataclasses.replace(config, block_n=128, block_k=128 if m <= 16 else 256,
+                                         num_stages=4 if m <= 16 else 3)
             schedule = "streamk"
         elif decode and math.ceil(n / config.block_n) >= spec.num_sms:
             schedule = "data_parallel"  # one program per tile, like a data-parallel launch
