@@ -40,8 +40,8 @@ _GROUPS = {"shape": ("M", "N", "K"), "a_strides": ("stride_am", "stride_ak"), "b
            "scale_strides": ("stride_sa", "stride_sb"), "mx_strides": ("stride_mxa", "stride_mxb"),
            "batch": ("matrices", "stride_ab", "stride_bb", "stride_cb", "stride_db"),
            "schedule": ("num_programs", "dp_tiles"), "coeffs": ("alpha", "beta")}
-_DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stride_mxa", "stride_mxb", "K", "N",
-          "stride_ab", "stride_bb", "stride_db")
+_DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stride_cm", "stride_mxa", "stride_mxb",
+          "K", "N", "stride_ab", "stride_bb", "stride_db", "stride_cb")
 
 
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
@@ -54,7 +54,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
-            "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1}
+            "stride_bn" if layout[1] == "n" and not b_mx else "stride_bk": 1, "stride_dn": 1, "stride_cn": 1}
     consts = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, EVEN_K=not k_tail, HAS_C=has_c,
                   C_ROW=has_c and c_row,
                   HAS_SCALE_A=scales, HAS_SCALE_B=scales, INTERPRETER=False, INPUT_PRECISION=input_precision,
