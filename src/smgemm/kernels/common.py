@@ -580,7 +580,8 @@ def epilogue(
     acc = acc * alpha
     if HAS_C and not C_ROW and c_ptr.dtype.element_ty.primitive_bitwidth > 16:
         # A 4-byte C matrix tile is added, cast and stored one column half at a time: its load in the accumulator's
-        # layout then holds half as many registers. On the H200, fp32 128 x 256 tiles spilled otherwise and ran at
+        # layout then holds half as many registers, and its layout conversion half the shared memory. fp32 128 x 256
+        # tiles spilled otherwise and fit one pipeline stage (two in halves, on triton 3.6); on the H200 they ran at
         # 0.30-0.34x of torch.addmm (0.72-0.79x in halves). 2-byte C tiles (which do not spill) ran within 2% or
         # faster whole: bf16 8192^3 addmm 1482 against 1711 us in halves, baddbmm 32 x 2048 x 2048 x 128 222
         # against 283.
