@@ -512,11 +512,11 @@ def make_mx_plan(
       weight rows (16 x 128 x 128 with 4 stages, 32 x 128 x 256 with 3 above M = 16), split by Stream-K (two programs
       per SM, as below).
     """
+    whole = whole_device(num_sms, spec)
     if config is None:
         config = mx_config(m, n, k, layout)
-        decode = schedule == "auto" and whole_device(num_sms, spec) and config is not None and m <= 16
-        if schedule == "auto" and whole_device(num_sms, spec) and layout == "hopper" and m <= 32 and \
-                n * k >= _MX_WIDE_DECODE_MIN:
+        decode = schedule == "auto" and whole and config is not None and m <= 16
+        if schedule == "auto" and whole and layout == "hopper" and m <= 32 and n * k >= _MX_WIDE_DECODE_MIN:
             config = dataclasses.replace(config, block_n=128, block_k=128 if m <= 16 else 256,
                                          num_stages=4 if m <= 16 else 3)
             schedule = "streamk"
@@ -530,7 +530,7 @@ def make_mx_plan(
             schedule = "streamk"  # as measured with mx_config's tiles (persistent where nothing splits)
         if layout == "hopper" and schedule != "data_parallel" and m <= 16:
             config = dataclasses.replace(config, block_k=min(config.block_k, 256), num_stages=4)
-    if layout == "hopper" and m <= 64 and schedule != "data_parallel" and whole_device(num_sms, spec):
+    if layout == "hopper" and m <= 64 and schedule != "data_parallel" and whole:
         # Two programs per SM: a split decode GEMM hides its expansion's latency behind the other program's (on the
         # H200 1 x 4096 x 14336 26.2 -> 22.6 us, 64 x 14336 x 4096 36.2 -> 30.2; three per SM were slower). Stream-K
         # waits only on lower programs, which started first, so the schedule needs no co-residency.
