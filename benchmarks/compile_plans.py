@@ -4,7 +4,7 @@ program may use with the planned pipeline (a launch then runs them with fewer st
 the kernel as Python, so CPU tests cannot see either; without this a variant that never compiled would first fail
 on a GPU user's call of that shape.
 
-    python benchmarks/compile_plans.py              # the whole grid (~1000 variants, ~15 min on 2 cores)
+    python benchmarks/compile_plans.py              # the whole grid (~1400 variants, ~20 min on 2 cores)
     python benchmarks/compile_plans.py --list       # the variants only, with a problem that picks each
     python benchmarks/compile_plans.py --sample 8   # 8 of them, spread over the grid (tests/test_compiles.py)
 

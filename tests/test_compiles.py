@@ -24,9 +24,10 @@ VARIANTS = [
                                 tma_store=True)),  # a 4-byte C matrix, read in column halves
     ((16, 64, 256), 4, 3, dict(use_int64=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
     ((64, 64, 64), 4, 3, dict(use_int64=True, k_tail=True, unaligned=True)),
-    # "hopper" MXFP4 weights: the decode tile of the largest weights; beyond decode the swapped 128-row tile, the
+    # "hopper" MXFP4 weights: the tiles of the largest weights at M <= 32; beyond them the swapped 128-row tile, the
     # dense model's tile (plan.hopper_steps) and the 256 x 128 one
     ((16, 128, 128), 4, 4, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
+    ((32, 128, 256), 4, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
     ((128, 64, 256), 4, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
     ((128, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", tma=True, flatten=True, tma_store=True)),
     ((256, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, mx_prefetch=True)),

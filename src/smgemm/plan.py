@@ -497,7 +497,7 @@ def make_mx_plan(
 ) -> Plan:
     """`make_plan` for an MXFP4 GEMM (`dtype`: the dtype its dot runs in; `layout`: the weight's byte layout): the
     tile of `mx_config` unless `config` is given (a "hopper" weight is read in whole 128-element groups: K steps of
-    at least 128), and two more measured rules for `auto`:
+    at least 128), and these measured rules for `auto`:
 
     * 16 < M <= 64 (128 for a "hopper" weight): Stream-K over mx_config's tiles (the configurations were measured
       split);
