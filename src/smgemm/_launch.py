@@ -76,6 +76,7 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     store_tma = (tma and cfg.tma_store and out.shape[1] * out.element_size() % 16 == 0
                  and _batch_stride_ok(batch[4], out, batched))
     d_mode = tma_mode(out) if store_tma else 0
+    c_halves = c is not None and stride_cm != 0 and c.element_size() > 2  # the epilogue stores these in halves
     ints = (  # gemm_kernel's groups: shape, the strides of A, B, D, C, the scales, the MXFP4 scales, batch, schedule
         (out.shape[0], out.shape[1], a.shape[1]),
         (a.data.stride(0), 1) if a_mx else tuple(a.stride()),
@@ -95,7 +96,8 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         A_MX=a.layout if a_mx else "", B_MX=b.layout if b_mx else "",
         MX_FP16=b_mx and not a_mx and a.dtype == torch.float16,
         A_DESC=_READS[a_mode], B_DESC=_READS[b_mode],
-        FLATTEN=cfg.flatten, D_DESC=d_mode == 1, MX_SWAP=b_mx and cfg.mx_swap, MX_PREFETCH=b_mx and cfg.mx_prefetch,
+        FLATTEN=cfg.flatten, D_DESC=0 if d_mode != 1 else 1 if cfg.whole_store and not c_halves else 2,
+        MX_SWAP=b_mx and cfg.mx_swap, MX_PREFETCH=b_mx and cfg.mx_prefetch,
         BATCHED=batched,
     )
     return ints, meta

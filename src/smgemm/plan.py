@@ -140,6 +140,7 @@ class TileConfig:
     # The Hopper path (sm_90+; each part falls back to pointers where a tensor breaks TMA's rules):
     tma: bool = False  # read dense operands through device-built tensor descriptors (TMA)
     tma_store: bool = False  # store D through a tensor descriptor, in two halves
+    whole_store: bool = False  # with tma_store: the whole tile in one store (a staging buffer of the tile, no wait)
     flatten: bool = False  # fuse the tile loop with the K loop: the next tile's loads overlap this tile's epilogue
     # MXFP4 GEMMs only (kernels.common.k_loop_mx):
     mx_swap: bool = False  # compute (W @ A^T)^T: the weight tile is the dot's left operand (measured faster)
