@@ -64,7 +64,7 @@ def test_descriptor_store_with_epilogue_and_in_place(schedule, device):
 @pytest.mark.parametrize("schedule", ["persistent", "streamk"])
 def test_whole_tile_store(schedule, device):
     """`TileConfig.whole_store`: one descriptor store a tile (D_DESC 1), 2-D and batched, tiles cut at both edges,
-    with a 2-byte C matrix; a 4-byte C matrix is still stored in halves (D_DESC 2)."""
+    with a bias; with a C matrix (2- or 4-byte) the tile is stored in halves (D_DESC 2)."""
     from smgemm._launch import Operands, static_args
 
     whole = dataclasses.replace(HOPPER, whole_store=True)
@@ -74,7 +74,11 @@ def test_whole_tile_store(schedule, device):
     out = gemm(a, b, c=c, alpha=0.5, beta=2.0, config=whole, schedule=schedule, num_sms=3)
     assert_gemm_close(out, a, b, alpha=0.5, beta=2.0, c=c)
     plan = make_plan(72, 136, 96, torch.float16, device_spec(a.device), schedule=schedule, num_sms=3, config=whole)
-    assert static_args(plan, Operands(a, b, out, c), 0, 0, False)[1]["D_DESC"] == 1
+    assert static_args(plan, Operands(a, b, out, c), 0, 0, False)[1]["D_DESC"] == 2
+    bias = randn((136,), torch.float16, device)
+    out = gemm(a, b, c=bias, alpha=0.5, beta=2.0, config=whole, schedule=schedule, num_sms=3)
+    assert_gemm_close(out, a, b, alpha=0.5, beta=2.0, c=bias)
+    assert static_args(plan, Operands(a, b, out, bias.expand(72, 136)), 0, 0, False)[1]["D_DESC"] == 1
     c32 = c.float()
     out = gemm(a, b, c=c32, beta=-1.0, out_dtype=torch.float32, config=whole, schedule=schedule, num_sms=3)
     assert_gemm_close(out, a, b, beta=-1.0, c=c32)
