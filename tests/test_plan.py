@@ -463,3 +463,7 @@ def test_hopper_tiles_store_whole_where_the_output_tile_fits_beside_the_pipeline
     big = make_plan(8192, 8192, 8192, torch.bfloat16, H200).config
     assert (big.block_m, big.block_n, big.block_k, big.num_stages, big.whole_store) == (128, 256, 64, 3, True)
     assert not make_plan(8192, 8192, 8192, torch.float32, H200).config.whole_store
+    # MXFP4 plans keep two half stores (whole ones are measured on dense tiles only), on the dense model's tiles too
+    for m, n, k, budget in ((128, 28672, 8192, None), (129, 4096, 4096, 66), (96, 14336, 4096, 66)):
+        cfg = make_mx_plan(m, n, k, torch.bfloat16, H200, num_sms=budget).config
+        assert cfg.tma_store and not cfg.whole_store, (m, n, k, cfg)

@@ -571,6 +571,7 @@ def make_mx_plan(
         spec, num_sms = dataclasses.replace(spec, num_sms=2 * spec.num_sms), None
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
     readable = hopper_steps(plan.config) if layout == "hopper" else plan.config
+    readable = dataclasses.replace(readable, whole_store=False)  # whole-tile stores are measured on dense tiles only
     if readable != plan.config:
         plan = make_plan(m, n, k, dtype, spec, schedule=plan.schedule, num_sms=num_sms, config=readable)
     return plan
