@@ -177,3 +177,30 @@ def test_a_repeat_launch_passes_what_the_full_launch_passes(monkeypatch, device)
         assert not repeat(a_, b_, out, c_, sa_, sb_, floats) and len(seen) == 1
         current["device"] = 0
     assert {len(captured)} == {1}
+
+
+def test_linear_repeats_without_the_weight_view(checks, device):
+    """linear keys a repeat on the weight as its transposed view would be keyed (`_transposed_signature`), for any
+    weight layout; N-D x repeats too; errors stay the full path's, before and after a call is remembered."""
+    buf = randn((80, 72), torch.float16, device)
+    weights = [randn((48, 64), torch.float16, device), buf.t()[:48, :64], buf[8:56, 8:72],
+               torch.nn.Parameter(randn((48, 64), torch.float16, device))]
+    for w in weights:
+        assert G._transposed_signature(w) == G._tensor_signature(w.t())
+    with torch.no_grad():
+        for w in weights:
+            for shape in ((24, 64), (3, 8, 64)):
+                for _ in range(2):
+                    x = randn(shape, torch.float16, device)
+                    y = smgemm.linear(x, w)
+                    assert y.shape == (*shape[:-1], 48)
+                    assert_gemm_close(y.reshape(-1, 48), x.reshape(-1, 64), w.t())
+    # one full call a weight layout (the Parameter's view is a plain Tensor like the first weight's); [3, 8, 64] x
+    # folds to [24, 64], the 2-D call's key
+    assert len(checks) == len({G._tensor_signature(w.t()) for w in weights}) == 3
+    x = randn((24, 64), torch.float16, device)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="num_sms"):
+            smgemm.linear(x, weights[0], num_sms=0)
+        with pytest.raises(ValueError, match=r"must equal weight\.shape"):
+            smgemm.linear(randn((24, 40), torch.float16, device), weights[0])
