@@ -386,6 +386,15 @@ def _desc_block(desc, matrix, row, col, ROWS: tl.constexpr, COLS: tl.constexpr, 
 
 
 @triton.jit
+def _desc_store(desc, matrix, row, col, block, BATCHED: tl.constexpr):
+    """Store `block` [ROWS, COLS] at (row, col) of a 2-D descriptor, or of matrix `matrix` of a 3-D one (BATCHED)."""
+    if BATCHED:
+        desc.store([matrix, row, col], block.reshape(1, block.shape[0], block.shape[1]))
+    else:
+        desc.store([row, col], block)
+
+
+@triton.jit
 def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
                 INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
@@ -604,21 +613,12 @@ def epilogue(
         if INTERPRETER and d_ptr.dtype.element_ty == tl.bfloat16:
             acc = round_to_bf16_rtne(acc)  # the GPU's cast rounds to nearest even; the interpreter's truncates
         if D_DESC == 1:
-            if BATCHED:
-                d_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N],
-                             acc.to(d_ptr.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N))
-            else:
-                d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(d_ptr.dtype.element_ty))
+            _desc_store(d_desc, matrix, pid_m * BLOCK_M, pid_n * BLOCK_N, acc.to(d_ptr.dtype.element_ty), BATCHED)
         elif D_DESC:
             halves = acc.to(d_ptr.dtype.element_ty).reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1)
             left, right = tl.split(halves)
-            if BATCHED:
-                d_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N], left.reshape(1, BLOCK_M, BLOCK_N // 2))
-                d_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2],
-                             right.reshape(1, BLOCK_M, BLOCK_N // 2))
-            else:
-                d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], left)
-                d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], right)
+            _desc_store(d_desc, matrix, pid_m * BLOCK_M, pid_n * BLOCK_N, left, BATCHED)
+            _desc_store(d_desc, matrix, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2, right, BATCHED)
         else:
             p_d = d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn
             tl.store(p_d, acc.to(d_ptr.dtype.element_ty), mask=mask)
@@ -643,10 +643,7 @@ def _add_c_store(
     if INTERPRETER and d_ptr.dtype.element_ty == tl.bfloat16:
         acc = round_to_bf16_rtne(acc)  # the GPU's cast rounds to nearest even; the interpreter's truncates
     if D_DESC:
-        if BATCHED:
-            d_desc.store([matrix, row, col], acc.to(d_ptr.dtype.element_ty).reshape(1, acc.shape[0], WIDTH))
-        else:
-            d_desc.store([row, col], acc.to(d_ptr.dtype.element_ty))
+        _desc_store(d_desc, matrix, row, col, acc.to(d_ptr.dtype.element_ty), BATCHED)
     else:
         tl.store(d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn, acc.to(d_ptr.dtype.element_ty),
                  mask=mask)
