@@ -64,6 +64,7 @@ def _dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, batch, out=
     kw = dict(streamk=plan.sk_tiles > 0, has_c=bool(has_c), c_row=has_c == "row", tma=cfg.tma and not in_place,
               flatten=cfg.flatten,
               tma_store=cfg.tma_store and (aligned or n % 8 == 0), layout=layout, batched=batch > 1,
+              whole_store=cfg.whole_store and out != "fp32" and has_c != "matrix",  # as _launch.static_args
               k_tail=not plan.even_k, unaligned=in_place, scales=dtype == torch.float8_e4m3fn,
               input_precision=plan.input_precision, out=out, c=out)
     return Variant(_NAMES[dtype], (cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages,

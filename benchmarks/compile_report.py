@@ -47,7 +47,8 @@ _DIV16 = ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_dm", "stri
 def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, streamk=False, has_c=False,
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
                     mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp",
-                    use_int64=False, scales=False, input_precision="tf32", out="bf16", c="fp32", c_row=False):
+                    use_int64=False, scales=False, input_precision="tf32", out="bf16", c="fp32", c_row=False,
+                    whole_store=False):
     """gemm_kernel compiled for sm_90 as a launch with these operands and plan would build it (`scales`: fp8's
     per-row / per-column scales; `out` / `c`: the output's and C's dtypes, `c_row`: C one row broadcast over M (a
     bias); an fp16 `dtype` with `b_mx` is the MX_FP16 route)."""
@@ -65,7 +66,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   A_DESC="pointers" if a_mx or not tma else "stored" if layout[0] == "n" else "transposed",
                   B_DESC="pointers" if b_mx or not tma else "stored" if layout[1] == "n" else "transposed",
                   FLATTEN=flatten,
-                  D_DESC=tma_store, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch, BATCHED=batched)
+                  D_DESC=(1 if whole_store else 2) if tma_store else 0, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch,
+                  BATCHED=batched)
     absent = {"smid_ptr"} | (set() if scales else {"sa_ptr", "sb_ptr"}) | (set() if has_c else {"c_ptr"}) | (
         set() if a_mx else {"mxa_ptr"}) | (set() if b_mx else {"mxb_ptr"}) | (set() if streamk else {"ws_ptr"})
     signature, attrs = {}, {}
@@ -154,6 +156,7 @@ def main():
     p.add_argument("--tma", action="store_true", help="A and (a transposed) B through device-built tensor descriptors")
     p.add_argument("--flatten", action="store_true")
     p.add_argument("--tma-store", action="store_true", help="store D through a tensor descriptor")
+    p.add_argument("--whole-store", action="store_true", help="with --tma-store: one store a tile, not two halves")
     p.add_argument("--layout", default="nt", help="A then B: n as stored, t transposed (nt: an nn.Linear weight)")
     p.add_argument("--mx-swap", action="store_true")
     p.add_argument("--mx-prefetch", action="store_true")
@@ -170,7 +173,7 @@ def main():
     tile = tuple(int(x) for x in args.tile.split(","))
     out = args.out or {"fp32": "fp32", "fp16": "fp16"}.get(args.dtype, "bf16")
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,
-                             c_row=args.c_row, out=out, c=args.c or out,
+                             c_row=args.c_row, out=out, c=args.c or out, whole_store=args.whole_store,
                              a_mx=args.a_mx, b_mx=args.b_mx, tma=args.tma, flatten=args.flatten,
                              tma_store=args.tma_store, layout=args.layout,
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,

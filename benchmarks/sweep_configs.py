@@ -1,9 +1,9 @@
 """Time chosen tile configurations against the planner's choice and torch on a few shapes (GPU): the measurements
-behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [pers|sk|dp] [noalign]" (BK in
-elements; tma = TMA loads + TMA store + flattened loop; default schedule pers; noalign = Stream-K split evenly over
-the whole budget, not over a grid aligned to the tiles; MXFP4 GEMMs also take "swap" (W @ A^T) and "prefetch",
-see benchmarks/sweep_mxfp4.py). A shape of four numbers, BxMxNxK, is a batched product (smgemm.bmm against
-torch.bmm on [B, M, K] @ [B, K, N]).
+behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [whole] [pers|sk|dp] [noalign]"
+(BK in elements; tma = TMA loads + TMA store + flattened loop; whole = with tma, one TMA store a tile rather than two
+halves; default schedule pers; noalign = Stream-K split evenly over the whole budget, not over a grid aligned to the
+tiles; MXFP4 GEMMs also take "swap" (W @ A^T) and "prefetch", see benchmarks/sweep_mxfp4.py). A shape of four
+numbers, BxMxNxK, is a batched product (smgemm.bmm against torch.bmm on [B, M, K] @ [B, K, N]).
 
     PYTHONPATH=src python benchmarks/sweep_configs.py --shapes 128x8192x8192 \\
         --variants "128x128x64 w8 s4 sk;128x128x64 w8 s4 tma sk"
@@ -35,7 +35,7 @@ def parse_variant(text: str) -> tuple[TileConfig, str]:
     tma, store = "tma" in words or "tmaload" in words, "tma" in words
     schedule = next((SCHEDULES[w] for w in words if w in SCHEDULES), "persistent")
     cfg = TileConfig(bm, bn, bk, num_warps=opts.get("w", 4), num_stages=opts.get("s", 3), tma=tma, tma_store=store,
-                     flatten=store, mx_swap="swap" in words,
+                     flatten=store, whole_store="whole" in words, mx_swap="swap" in words,
                      mx_prefetch="prefetch" in words)
     return cfg, schedule
 

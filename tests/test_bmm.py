@@ -80,7 +80,7 @@ def test_batched_descriptors_stay_inside_each_matrix(device, schedule):
         _check(out, a, b)
         assert poisoned[:, 40:].isnan().all() and poisoned[:, :, 24:].isnan().all()  # nothing written past the edges
         _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
-        assert (meta["A_DESC"], meta["B_DESC"], meta["D_DESC"], meta["BATCHED"]) == (a_desc, b_desc, True, True)
+        assert (meta["A_DESC"], meta["B_DESC"], meta["D_DESC"], meta["BATCHED"]) == (a_desc, b_desc, 2, True)
 
 
 def test_baddbmm_broadcasts_input_and_updates_in_place(device):

@@ -20,15 +20,18 @@ VARIANTS = [
     ((128, 128, 64), 8, 3, dict(batched=True, use_int64=True, tma=True, flatten=True, tma_store=True, layout="nn")),
     ((256, 128, 64), 8, 4, dict(batched=True, use_int64=True, tma=True, flatten=True, tma_store=True, layout="nn")),
     ((128, 128, 64), 8, 3, dict(use_int64=True, tma=True, flatten=True, tma_store=True, streamk=True, has_c=True)),
+    ((128, 256, 64), 8, 3, dict(tma=True, flatten=True, tma_store=True, whole_store=True, has_c=True, c="bf16",
+                                c_row=True)),  # one store a tile, with a bias
     ((128, 256, 32), 8, 2, dict(dtype="fp32", out="fp32", c="fp32", has_c=True, tma=True, flatten=True,
                                 tma_store=True)),  # a 4-byte C matrix, read in column halves
     ((16, 64, 256), 4, 3, dict(use_int64=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
     ((64, 64, 64), 4, 3, dict(use_int64=True, k_tail=True, unaligned=True)),
-    # "hopper" MXFP4 weights: the tiles of the largest weights at M <= 32; beyond them the swapped 128-row tile, the
+    # "hopper" MXFP4 weights: the tiles of the largest weights at M <= 32; beyond them the swapped 128-row tiles, the
     # dense model's tile (plan.hopper_steps) and the 256 x 128 one
     ((16, 128, 128), 4, 4, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
     ((32, 128, 256), 4, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
     ((128, 64, 256), 4, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
+    ((128, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
     ((128, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", tma=True, flatten=True, tma_store=True)),
     ((256, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, mx_prefetch=True)),
 ]

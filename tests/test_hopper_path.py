@@ -61,6 +61,38 @@ def test_descriptor_store_with_epilogue_and_in_place(schedule, device):
     assert_gemm_close(out, a, b, beta=-1.0, c=c32)
 
 
+@pytest.mark.parametrize("schedule", ["persistent", "streamk"])
+def test_whole_tile_store(schedule, device):
+    """`TileConfig.whole_store`: one descriptor store a tile (D_DESC 1), 2-D and batched, tiles cut at both edges,
+    with a bias; with a C matrix (2- or 4-byte) the tile is stored in halves (D_DESC 2)."""
+    from smgemm._launch import Operands, static_args
+
+    whole = dataclasses.replace(HOPPER, whole_store=True)
+    a = randn((72, 96), torch.float16, device)
+    b = randn((136, 96), torch.float16, device).t()
+    c = randn((72, 136), torch.float16, device)
+    out = gemm(a, b, c=c, alpha=0.5, beta=2.0, config=whole, schedule=schedule, num_sms=3)
+    assert_gemm_close(out, a, b, alpha=0.5, beta=2.0, c=c)
+    plan = make_plan(72, 136, 96, torch.float16, device_spec(a.device), schedule=schedule, num_sms=3, config=whole)
+    assert static_args(plan, Operands(a, b, out, c), 0, 0, False)[1]["D_DESC"] == 2
+    bias = randn((136,), torch.float16, device)
+    out = gemm(a, b, c=bias, alpha=0.5, beta=2.0, config=whole, schedule=schedule, num_sms=3)
+    assert_gemm_close(out, a, b, alpha=0.5, beta=2.0, c=bias)
+    assert static_args(plan, Operands(a, b, out, bias.expand(72, 136)), 0, 0, False)[1]["D_DESC"] == 1
+    c32 = c.float()
+    out = gemm(a, b, c=c32, beta=-1.0, out_dtype=torch.float32, config=whole, schedule=schedule, num_sms=3)
+    assert_gemm_close(out, a, b, beta=-1.0, c=c32)
+    assert static_args(plan, Operands(a, b, out, c32), 0, 0, False)[1]["D_DESC"] == 2
+    a3, b3 = randn((3, 40, 96), torch.float16, device), randn((3, 96, 72), torch.float16, device)
+    out3 = torch.full((3, 40, 72), float("nan"), dtype=torch.float16, device=device)
+    gemm(a3, b3, out=out3, config=whole, schedule=schedule, num_sms=3)
+    plan3 = make_plan(40, 72, 96, torch.float16, device_spec(a.device), schedule=schedule, num_sms=3, config=whole,
+                      batch=3)
+    assert static_args(plan3, Operands(a3, b3, out3), 0, 0, False)[1]["D_DESC"] == 1
+    for i in range(3):
+        assert_gemm_close(out3[i], a3[i], b3[i])
+
+
 def test_fp8_scales_through_descriptors(device):
     a, b = Case(72, 96, 64, "fp8", "nt").operands(device)
     sa = torch.rand(72, 1, device=device) + 0.5

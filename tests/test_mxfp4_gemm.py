@@ -108,15 +108,16 @@ def test_hopper_layout_dense_model_tiles_are_narrowed(config, device):
 
 
 @pytest.mark.parametrize("config", [TileConfig(16, 128, 128, num_warps=4, num_stages=4, mx_swap=True),
-                                    TileConfig(32, 128, 256, num_warps=4, num_stages=3, mx_swap=True)],
-                         ids=["16x128x128", "32x128x256"])
+                                    TileConfig(32, 128, 256, num_warps=4, num_stages=3, mx_swap=True),
+                                    TileConfig(128, 128, 128, num_warps=8, num_stages=3, mx_swap=True)],
+                         ids=["16x128x128", "32x128x256", "128x128x128"])
 def test_hopper_layout_tiles_of_the_largest_weights(config, device):
-    """The tiles the planner gives the largest "hopper" weights at M <= 32 (plan._MX_WIDE_DECODE_MIN), forced on a
+    """The tiles the planner gives the largest "hopper" weights at M <= 128 (plan._MX_WIDE_DECODE_MIN), forced on a
     small one: split by Stream-K over a few programs, N past the tile, K with a partial step, a bias."""
     n, k = 200, 384
     w = _weight(n, k, device).to_layout("hopper")
     bias = randn((n,), torch.bfloat16, device)
-    for m in (1, 20):
+    for m in (1, 20, 100):
         x = randn((m, k), torch.bfloat16, device)
         out = gemm_mxfp4(x, w, c=bias, config=config, schedule="streamk", num_sms=3)
         assert_gemm_close(out, x, w.dequantize(torch.float32).t(), beta=1.0, c=bias)
@@ -241,7 +242,8 @@ def test_nan_scale_block_gives_nan(device):
                                     TileConfig(128, 128, 64, num_warps=8, num_stages=3, mx_swap=True, mx_prefetch=True),
                                     TileConfig(64, 64, 128), mx_config(32, 4096, 4096),
                                     mx_config(64, 4096, 4096), TileConfig(16, 128, 128, num_stages=4, mx_swap=True),
-                                    TileConfig(32, 128, 256, num_stages=3, mx_swap=True), "expand"])
+                                    TileConfig(32, 128, 256, num_stages=3, mx_swap=True),
+                                    TileConfig(128, 128, 128, num_warps=8, num_stages=3, mx_swap=True), "expand"])
 @pytest.mark.parametrize("layout", ["ocp", "hopper"])
 @pytest.mark.parametrize("largest", [255, 128])
 def test_every_code_and_scale_is_exact_on_gpu(config, layout, largest):

@@ -416,6 +416,18 @@ def test_mxfp4_hopper_layout_plans():
     assert make_mx_plan(33, 28672, 8192, torch.bfloat16, H200, layout="hopper").config.block_n == 64
     assert make_mx_plan(32, 14336, 4096, torch.bfloat16, H200, layout="hopper").config.block_n == 64
     assert make_mx_plan(1, 28672, 8192, torch.bfloat16, H200).config.block_n == 64  # the "ocp" layout
+    # 64 < M <= 128: 64-row tiles two programs per SM; 128 x 128 x 128 of 8 warps, one per SM, for the widest weights;
+    # under a budget, mx_config's 128-row tile within it
+    for m in (65, 96, 128):
+        mid = make_mx_plan(m, 14336, 4096, torch.bfloat16, H200, layout="hopper")
+        assert (mid.config.block_m, mid.config.block_n, mid.config.block_k, mid.config.mx_swap) == (64, 64, 256, True)
+        assert mid.schedule == "streamk" and H200.num_sms < mid.num_programs <= 2 * H200.num_sms
+        wide = make_mx_plan(m, 28672, 8192, torch.bfloat16, H200, layout="hopper")
+        assert (wide.config.block_m, wide.config.block_n, wide.config.block_k, wide.config.num_warps) == (
+            128, 128, 128, 8)
+        assert wide.schedule == "streamk" and wide.num_programs <= H200.num_sms
+        budget = make_mx_plan(m, 14336, 4096, torch.bfloat16, H200, layout="hopper", num_sms=66)
+        assert budget.config.block_m == 128 and budget.num_programs <= 66
 
 
 def test_batched_tiles_of_one_column():
@@ -430,3 +442,28 @@ def test_batched_tiles_of_one_column():
             cfg = make_plan(m, n, k, torch.bfloat16, H200, num_sms=budget).config
             assert (cfg.block_m, cfg.block_n) != (256, 128)
         assert make_plan(2048, 256, 2048, torch.bfloat16, H200, batch=8, num_sms=budget).config.block_m <= 128
+
+
+def test_hopper_tiles_store_whole_where_the_output_tile_fits_beside_the_pipeline():
+    """`TileConfig.whole_store` (one TMA store a tile) wherever a 2-byte output tile fits in shared memory beside the
+    plan's stages; 4-byte operands (TF32, fp32 outputs) keep two half stores."""
+    seen = set()
+    for m, n, k, batch in ((8192, 8192, 8192, 1), (4096, 14336, 4096, 1), (2048, 2048, 128, 32), (256, 1408, 4096, 64),
+                           (1940, 3928, 120, 1), (300, 5000, 3000, 1)):
+        for dtype in (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float32):
+            cfg = make_plan(m, n, k, dtype, H200, batch=batch).config
+            elem = torch.tensor([], dtype=dtype).element_size()
+            smem = cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * elem
+            if cfg.whole_store:
+                assert cfg.tma_store and elem <= 2 and smem + cfg.block_m * cfg.block_n * 2 <= 232448 - 16384, cfg
+            elif cfg.tma_store and elem <= 2:
+                assert smem + cfg.block_m * cfg.block_n * 2 > 232448 - 16384, cfg
+            seen.add(cfg.whole_store)
+    assert seen == {True, False}
+    big = make_plan(8192, 8192, 8192, torch.bfloat16, H200).config
+    assert (big.block_m, big.block_n, big.block_k, big.num_stages, big.whole_store) == (128, 256, 64, 3, True)
+    assert not make_plan(8192, 8192, 8192, torch.float32, H200).config.whole_store
+    # MXFP4 plans keep two half stores (whole ones are measured on dense tiles only), on the dense model's tiles too
+    for m, n, k, budget in ((128, 28672, 8192, None), (129, 4096, 4096, 66), (96, 14336, 4096, 66)):
+        cfg = make_mx_plan(m, n, k, torch.bfloat16, H200, num_sms=budget).config
+        assert cfg.tma_store and not cfg.whole_store, (m, n, k, cfg)

@@ -76,6 +76,10 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     store_tma = (tma and cfg.tma_store and out.shape[1] * out.element_size() % 16 == 0
                  and _batch_stride_ok(batch[4], out, batched))
     d_mode = tma_mode(out) if store_tma else 0
+    # A whole-tile store (plan.whole_store_fits, which counts a 2-byte output and no C) is taken without a C matrix
+    # only: a C tile's layout conversion takes another 32 KB (128 x 256 x 64 at 3 stages: 246 KB whole, 213 KB in
+    # halves, benchmarks/compile_report.py on triton 3.6), and a 4-byte C is added and stored in halves anyway.
+    whole = cfg.whole_store and out.element_size() <= 2 and (c is None or stride_cm == 0)
     ints = (  # gemm_kernel's groups: shape, the strides of A, B, D, C, the scales, the MXFP4 scales, batch, schedule
         (out.shape[0], out.shape[1], a.shape[1]),
         (a.data.stride(0), 1) if a_mx else tuple(a.stride()),
@@ -95,7 +99,8 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         A_MX=a.layout if a_mx else "", B_MX=b.layout if b_mx else "",
         MX_FP16=b_mx and not a_mx and a.dtype == torch.float16,
         A_DESC=_READS[a_mode], B_DESC=_READS[b_mode],
-        FLATTEN=cfg.flatten, D_DESC=d_mode == 1, MX_SWAP=b_mx and cfg.mx_swap, MX_PREFETCH=b_mx and cfg.mx_prefetch,
+        FLATTEN=cfg.flatten, D_DESC=0 if d_mode != 1 else 1 if whole else 2,
+        MX_SWAP=b_mx and cfg.mx_swap, MX_PREFETCH=b_mx and cfg.mx_prefetch,
         BATCHED=batched,
     )
     return ints, meta

@@ -139,7 +139,9 @@ class TileConfig:
     num_stages: int = 3
     # The Hopper path (sm_90+; each part falls back to pointers where a tensor breaks TMA's rules):
     tma: bool = False  # read dense operands through device-built tensor descriptors (TMA)
-    tma_store: bool = False  # store D through a tensor descriptor, in two halves
+    tma_store: bool = False  # store D through a tensor descriptor (in two column halves unless whole_store)
+    whole_store: bool = False  # with tma_store: a 2-byte output tile in one store (a staging buffer of the tile, no
+    # wait between halves); 4-byte outputs, and tiles with a 4-byte C matrix, are stored in halves
     flatten: bool = False  # fuse the tile loop with the K loop: the next tile's loads overlap this tile's epilogue
     # MXFP4 GEMMs only (kernels.common.k_loop_mx):
     mx_swap: bool = False  # compute (W @ A^T)^T: the weight tile is the dot's left operand (measured faster)
@@ -402,7 +404,21 @@ def choose_config(
     if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
         return choose_config(m, n, k, dtype, spec, budget, fma=fma, batch=batch)
     assert best is not None, "the smallest candidate tile always fits"
-    return best
+    cfg, schedule, waves = best
+    if cfg.tma_store and elem <= 2 and whole_store_fits(cfg, elem, spec):
+        cfg = dataclasses.replace(cfg, whole_store=True)
+    return cfg, schedule, waves
+
+
+def whole_store_fits(cfg: TileConfig, elem: int, spec: DeviceSpec) -> bool:
+    """Whether tile `cfg` (operands of `elem` bytes) has the shared memory to stage a whole 2-byte output tile for one
+    TMA store beside its pipeline's stages (`TileConfig.whole_store`). Two half stores share one staging buffer, so
+    Triton waits for the first to leave it before writing the second; one store does not wait. On the H200
+    (benchmarks/sweep_configs.py, "whole" against halves in the same run) 128 x 256 x 64 tiles ran batched
+    32 x 2048 x 2048 x 128 in 94.4 against 104 us, 8192^3 1570 against 1580, and 128 x 128 x 128 tiles 101 against
+    120 and 1690 against 1820; small-K and MoE-like shapes stayed within 1%."""
+    stages = cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * elem
+    return stages + cfg.block_m * cfg.block_n * 2 <= spec.smem_per_block - _SMEM_RESERVE
 
 
 def mx_config(m: int, n: int, k: int, layout: str = "ocp") -> TileConfig | None:
@@ -481,6 +497,14 @@ _MX_DECODE_SHORT_K = 4096  # decode K loops up to here run data-parallel over 16
 # tiles were 9-13% slower than the 64 x 64 plan.
 _MX_WIDE_DECODE_MIN = 2**27
 
+# 64 < M <= 128 with a "hopper" weight on the whole device (make_mx_plan): mx_config's 128 x 64 x 256 tiles (one
+# program per SM) against 64 x 64 x 256 ones two programs per SM, which expand each weight tile twice but hide the
+# expansion behind the other program's, split by Stream-K in the same run (benchmarks/sweep_mxfp4.py --layout hopper
+# --programs-per-sm 2 on the H200): 128 x 14336 x 4096 53.8 -> 48.6 us, 128 x 4096 x 14336 48.7 -> 44.7,
+# 128 x 4096 x 4096 23.7 -> 18.2, 96 x 4096 x 14336 48.5 -> 44.7. From _MX_WIDE_DECODE_MIN weight elements on,
+# 128 x 128 x 128 tiles with 8 warps, one program per SM: 128 x 28672 x 8192 162 -> 144 us (163 with the 64-row
+# tiles; two programs per SM of 8 warps: 164).
+
 
 def make_mx_plan(
     m: int,
@@ -511,12 +535,14 @@ def make_mx_plan(
     * M <= 32 with a "hopper" weight of at least _MX_WIDE_DECODE_MIN elements on the whole device: tiles of 128
       weight rows (16 x 128 x 128 with 4 stages, 32 x 128 x 256 with 3 above M = 16), split by Stream-K (two programs
       per SM, as below).
+    * 64 < M <= 128 with a "hopper" weight on the whole device: 64 x 64 x 256 tiles two programs per SM, or 128 x 128 x
+      128 tiles of 8 warps one per SM from _MX_WIDE_DECODE_MIN weight elements on, split by Stream-K (the note above).
     """
+    whole = whole_device(num_sms, spec)
     if config is None:
         config = mx_config(m, n, k, layout)
-        decode = schedule == "auto" and whole_device(num_sms, spec) and config is not None and m <= 16
-        if schedule == "auto" and whole_device(num_sms, spec) and layout == "hopper" and m <= 32 and \
-                n * k >= _MX_WIDE_DECODE_MIN:
+        decode = schedule == "auto" and whole and config is not None and m <= 16
+        if schedule == "auto" and whole and layout == "hopper" and m <= 32 and n * k >= _MX_WIDE_DECODE_MIN:
             config = dataclasses.replace(config, block_n=128, block_k=128 if m <= 16 else 256,
                                          num_stages=4 if m <= 16 else 3)
             schedule = "streamk"
@@ -526,17 +552,26 @@ def make_mx_plan(
                 math.ceil(n / 32) >= spec.rates.sk_align_fill * spec.num_sms:
             config = dataclasses.replace(config, block_n=32)
             schedule = "data_parallel"
+        elif schedule == "auto" and whole and layout == "hopper" and 64 < m <= 128:
+            # the note above make_mx_plan: 64-row tiles two programs per SM, or 128 x 128 x 128 for the widest weights
+            if n * k >= _MX_WIDE_DECODE_MIN:
+                config = dataclasses.replace(config, block_n=128, block_k=128, num_warps=8)
+            else:
+                config = dataclasses.replace(config, block_m=64)
+            schedule = "streamk"
         elif schedule == "auto" and 16 < m <= (128 if layout == "hopper" else 64):
             schedule = "streamk"  # as measured with mx_config's tiles (persistent where nothing splits)
         if layout == "hopper" and schedule != "data_parallel" and m <= 16:
             config = dataclasses.replace(config, block_k=min(config.block_k, 256), num_stages=4)
-    if layout == "hopper" and m <= 64 and schedule != "data_parallel" and whole_device(num_sms, spec):
+    if layout == "hopper" and (m <= 64 or (config is not None and config.block_m <= 64)) and \
+            schedule != "data_parallel" and whole:
         # Two programs per SM: a split decode GEMM hides its expansion's latency behind the other program's (on the
         # H200 1 x 4096 x 14336 26.2 -> 22.6 us, 64 x 14336 x 4096 36.2 -> 30.2; three per SM were slower). Stream-K
         # waits only on lower programs, which started first, so the schedule needs no co-residency.
         spec, num_sms = dataclasses.replace(spec, num_sms=2 * spec.num_sms), None
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
     readable = hopper_steps(plan.config) if layout == "hopper" else plan.config
+    readable = dataclasses.replace(readable, whole_store=False)  # whole-tile stores are measured on dense tiles only
     if readable != plan.config:
         plan = make_plan(m, n, k, dtype, spec, schedule=plan.schedule, num_sms=num_sms, config=readable)
     return plan

@@ -46,7 +46,7 @@ def save(entries: list[dict], path: str) -> None:
 
 _ENTRY_INTS = ("m", "n", "k", "num_sms")
 _CONFIG_INTS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
-_CONFIG_BOOLS = ("tma", "tma_store", "flatten")
+_CONFIG_BOOLS = ("tma", "tma_store", "whole_store", "flatten")
 _TUNED_SCHEDULES = ("persistent", "streamk", "data_parallel")
 _MAX_SMEM = 232448  # the most shared memory one program may use on any sm_90 device (H100, H200)
 
@@ -93,8 +93,10 @@ def _entry(e: object) -> tuple[Key, tuple[TileConfig, str]]:
     if config.block_k < min_block_k(dtype):
         raise ValueError(f"{e['dtype']} needs config.block_k >= {min_block_k(dtype)}, got {config.block_k}")
     smem = (config.block_m + config.block_n) * config.block_k * element_bytes(dtype) * config.num_stages
+    if config.whole_store:
+        smem += config.block_m * config.block_n * 2  # the whole output tile's staging buffer
     if smem > _MAX_SMEM:
-        raise ValueError(f"config needs {smem} bytes of shared memory for its stages; a program has at most "
+        raise ValueError(f"config needs {smem} bytes of shared memory for its stages and store; a program has at most "
                          f"{_MAX_SMEM}")
     return (e["device"], m, n, k, e["dtype"], budget), (config, e["schedule"])
 

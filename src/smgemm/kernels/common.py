@@ -556,10 +556,11 @@ def epilogue(
     layout conversion through shared memory as large as the tile (Triton 3.7 keeps it beside the pipeline's
     buffers in a flattened loop: 128 x 256 fp32 tiles then fit one stage only).
     scale_a is per row (or per tensor with stride 0), scale_b per column (or per tensor).
-    D_DESC: store through the tensor descriptor `d_desc` (TMA, blocks [BLOCK_M, BLOCK_N // 2], clipped at the edges)
-    in two column halves, so that each half's staging buffer is small (BATCHED: `d_desc` is 3-D, [batch, M, N],
-    written at matrix `matrix`); else through `d_ptr` and the strides, masked. A 4-byte C matrix is read, added and
-    stored a column half at a time (`_add_c_store`).
+    D_DESC: the TMA stores a tile takes through the tensor descriptor `d_desc` (clipped at the edges; BATCHED: 3-D,
+    [batch, M, N], written at matrix `matrix`): 1, the whole tile, or 2, two column halves, so that their staging
+    buffer is half as large (Triton then waits for the first half's store to leave it before writing the second);
+    0: through `d_ptr` and the strides, masked. A 4-byte C matrix is read, added and stored a column half at a time
+    (`_add_c_store`; never with D_DESC == 1).
     """
     M, N, _ = shape
     stride_dm, stride_dn = d_strides
@@ -586,6 +587,7 @@ def epilogue(
         # ran at 0.30-0.34x of torch.addmm (0.72-0.79x in halves). 2-byte C tiles (which do not spill) ran within 2%
         # or faster whole: bf16 8192^3 addmm 1482 against 1711 us in halves, baddbmm 32 x 2048 x 2048 x 128 222
         # against 283.
+        tl.static_assert(D_DESC != 1, "a 4-byte C matrix is stored in parts")
         Q: tl.constexpr = BLOCK_N // 4
         left, right = tl.split(acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1))
         q0, q1 = tl.split(left.reshape(BLOCK_M, 2, Q).permute(0, 2, 1))
@@ -608,7 +610,13 @@ def epilogue(
             acc += beta * tl.load(p_c, mask=mask, other=0.0).to(tl.float32)
         if INTERPRETER and d_ptr.dtype.element_ty == tl.bfloat16:
             acc = round_to_bf16_rtne(acc)  # the GPU's cast rounds to nearest even; the interpreter's truncates
-        if D_DESC:
+        if D_DESC == 1:
+            if BATCHED:
+                d_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N],
+                             acc.to(d_ptr.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N))
+            else:
+                d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(d_ptr.dtype.element_ty))
+        elif D_DESC:
             halves = acc.to(d_ptr.dtype.element_ty).reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1)
             left, right = tl.split(halves)
             if BATCHED:

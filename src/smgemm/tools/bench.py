@@ -101,7 +101,7 @@ def describe(plan) -> str:
     """A plan in a table cell: schedule, tile, warps, stages, grid, split tiles."""
     cfg = plan.config
     split = f" sk {plan.sk_tiles}" if plan.sk_tiles else ""
-    flags = "".join(f" {name}" for name in ("mx_swap", "mx_prefetch") if getattr(cfg, name))
+    flags = "".join(f" {name}" for name in ("mx_swap", "mx_prefetch", "whole_store") if getattr(cfg, name))
     flags += "".join(f" stage {x}" for x, staged in (("a", plan.stage_a), ("b", plan.stage_b)) if staged)
     return (f"{plan.schedule[:4]} {cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages}"
             f"{flags} grid {plan.num_programs}{split}")

@@ -8,7 +8,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import torch
 
@@ -25,6 +25,7 @@ from ..plan import (
     min_block_k,
     resolve_budget,
     streamk_split,
+    whole_store_fits,
 )
 from ..tuning import _DTYPE_NAMES, save
 from .bench import describe
@@ -51,6 +52,8 @@ def candidates(
                 for hopper in (False, True) if bm * bn >= 128 * 128 else (False,):
                     cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper,
                                      tma_store=hopper, flatten=hopper)
+                    if hopper and elem <= 2 and whole_store_fits(cfg, elem, spec):  # as the planner stores
+                        cfg = replace(cfg, whole_store=True)
                     found.append((cfg, "persistent"))
                     tiles = math.ceil(m / bm) * math.ceil(n / bn)
                     if streamk_split(tiles, math.ceil(k / block_k), budget) is not None:
