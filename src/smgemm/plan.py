@@ -141,7 +141,8 @@ class TileConfig:
     tma: bool = False  # read dense operands through device-built tensor descriptors (TMA)
     tma_store: bool = False  # store D through a tensor descriptor (in two column halves unless whole_store)
     whole_store: bool = False  # with tma_store: a 2-byte output tile in one store (a staging buffer of the tile, no
-    # wait between halves); 4-byte outputs, and tiles that add a C matrix (a bias is fine), are stored in halves
+    # wait between halves); 4-byte outputs and tiles that add a 2-byte C matrix (a bias is fine) are stored in
+    # halves, and tiles that add a 4-byte C matrix in column quarters
     flatten: bool = False  # fuse the tile loop with the K loop: the next tile's loads overlap this tile's epilogue
     # MXFP4 GEMMs only (kernels.common.k_loop_mx):
     mx_swap: bool = False  # compute (W @ A^T)^T: the weight tile is the dot's left operand (measured faster)
