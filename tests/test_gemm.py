@@ -81,7 +81,7 @@ def test_bias_is_along_n_in_every_tile(device):
 
 
 def test_four_byte_c_matrix_in_every_tile(device):
-    # A 4-byte C matrix is added a column half at a time: distinct values in every row and column, tiles cut at both
+    # A 4-byte C matrix is added a column quarter at a time: distinct values in every row and column, tiles cut at both
     # edges, and Stream-K's finishing programs (which add C to column blocks narrower than the tile).
     a, b = Case(70, 90, 60, "fp32", "nt").operands(device)
     c = randn((70, 90), torch.float32, device)

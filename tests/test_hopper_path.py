@@ -56,7 +56,7 @@ def test_descriptor_store_with_epilogue_and_in_place(schedule, device):
     expected_c = c.clone()
     gemm(a, b, c=c, beta=-1.0, out=c, config=HOPPER, schedule=schedule, num_sms=3)
     assert_gemm_close(c, a, b, beta=-1.0, c=expected_c)
-    c32 = randn((72, 128), torch.float32, device)  # 4 bytes: read and stored a column half at a time
+    c32 = randn((72, 128), torch.float32, device)  # 4 bytes: read and stored a column quarter at a time
     out = gemm(a, b, c=c32, beta=-1.0, out_dtype=torch.float32, config=HOPPER, schedule=schedule, num_sms=3)
     assert_gemm_close(out, a, b, beta=-1.0, c=c32)
 
@@ -64,7 +64,7 @@ def test_descriptor_store_with_epilogue_and_in_place(schedule, device):
 @pytest.mark.parametrize("schedule", ["persistent", "streamk"])
 def test_whole_tile_store(schedule, device):
     """`TileConfig.whole_store`: one descriptor store a tile (D_DESC 1), 2-D and batched, tiles cut at both edges,
-    with a bias; with a C matrix (2- or 4-byte) the tile is stored in halves (D_DESC 2)."""
+    with a bias; with a C matrix (2- or 4-byte) the tile is stored in parts (D_DESC 2)."""
     from smgemm._launch import Operands, static_args
 
     whole = dataclasses.replace(HOPPER, whole_store=True)
@@ -91,6 +91,23 @@ def test_whole_tile_store(schedule, device):
     assert static_args(plan3, Operands(a3, b3, out3), 0, 0, False)[1]["D_DESC"] == 1
     for i in range(3):
         assert_gemm_close(out3[i], a3[i], b3[i])
+
+
+def test_four_byte_c_quarters_narrower_than_a_store_box_use_pointers(device):
+    """A 4-byte C matrix is stored a column quarter at a time; a quarter of a 16-column tile of 2-byte output spans 8
+    bytes, less than a TMA store box may, so that output is stored through pointers (D_DESC 0), and right."""
+    from smgemm._launch import Operands, static_args
+
+    narrow = dataclasses.replace(HOPPER, block_n=16, block_k=16)
+    a = randn((72, 96), torch.float16, device)
+    b = randn((136, 96), torch.float16, device).t()
+    c32 = randn((72, 136), torch.float32, device)
+    out = gemm(a, b, c=c32, beta=-1.0, config=narrow, num_sms=3)
+    assert out.dtype == torch.float16
+    assert_gemm_close(out, a, b, beta=-1.0, c=c32)
+    plan = make_plan(72, 136, 96, torch.float16, device_spec(a.device), num_sms=3, config=narrow)
+    assert static_args(plan, Operands(a, b, out, c32), 0, 0, False)[1]["D_DESC"] == 0
+    assert static_args(plan, Operands(a, b, out, c32.half()), 0, 0, False)[1]["D_DESC"] == 2
 
 
 def test_fp8_scales_through_descriptors(device):

@@ -73,12 +73,15 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     b_mode = 0 if b_mx or not tma or not _batch_stride_ok(batch[2], b, batched) else tma_mode(b)
     # TMA stores clip at the tensor's edge only to 16-byte granularity (triton-lang/triton#11583): a row whose
     # length is not a multiple of 16 bytes would spill into the memory beside a view. Such outputs use pointers.
+    # A 4-byte C matrix is added and stored a column quarter at a time (`kernels.common.epilogue`); each store's box
+    # must span at least 16 bytes.
+    parts = 4 if c is not None and stride_cm != 0 and c.element_size() > 2 else 2
     store_tma = (tma and cfg.tma_store and out.shape[1] * out.element_size() % 16 == 0
-                 and _batch_stride_ok(batch[4], out, batched))
+                 and cfg.block_n // parts * out.element_size() >= 16 and _batch_stride_ok(batch[4], out, batched))
     d_mode = tma_mode(out) if store_tma else 0
     # A whole-tile store (plan.whole_store_fits, which counts a 2-byte output and no C) is taken without a C matrix
     # only: a C tile's layout conversion takes another 32 KB (128 x 256 x 64 at 3 stages: 246 KB whole, 213 KB in
-    # halves, benchmarks/compile_report.py on triton 3.6), and a 4-byte C is added and stored in halves anyway.
+    # halves, benchmarks/compile_report.py on triton 3.6), and a 4-byte C is added and stored in quarters anyway.
     whole = cfg.whole_store and out.element_size() <= 2 and (c is None or stride_cm == 0)
     ints = (  # gemm_kernel's groups: shape, the strides of A, B, D, C, the scales, the MXFP4 scales, batch, schedule
         (out.shape[0], out.shape[1], a.shape[1]),

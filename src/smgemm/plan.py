@@ -141,7 +141,8 @@ class TileConfig:
     tma: bool = False  # read dense operands through device-built tensor descriptors (TMA)
     tma_store: bool = False  # store D through a tensor descriptor (in two column halves unless whole_store)
     whole_store: bool = False  # with tma_store: a 2-byte output tile in one store (a staging buffer of the tile, no
-    # wait between halves); 4-byte outputs, and tiles that add a C matrix (a bias is fine), are stored in halves
+    # wait between halves); 4-byte outputs and tiles that add a 2-byte C matrix (a bias is fine) are stored in
+    # halves, and tiles that add a 4-byte C matrix in column quarters
     flatten: bool = False  # fuse the tile loop with the K loop: the next tile's loads overlap this tile's epilogue
     # MXFP4 GEMMs only (kernels.common.k_loop_mx):
     mx_swap: bool = False  # compute (W @ A^T)^T: the weight tile is the dot's left operand (measured faster)
@@ -405,18 +406,20 @@ def choose_config(
         return choose_config(m, n, k, dtype, spec, budget, fma=fma, batch=batch)
     assert best is not None, "the smallest candidate tile always fits"
     cfg, schedule, waves = best
-    if cfg.tma_store and elem <= 2 and whole_store_fits(cfg, elem, spec):
+    if whole_store_fits(cfg, elem, spec):
         cfg = dataclasses.replace(cfg, whole_store=True)
     return cfg, schedule, waves
 
 
 def whole_store_fits(cfg: TileConfig, elem: int, spec: DeviceSpec) -> bool:
-    """Whether tile `cfg` (operands of `elem` bytes) has the shared memory to stage a whole 2-byte output tile for one
-    TMA store beside its pipeline's stages (`TileConfig.whole_store`). Two half stores share one staging buffer, so
-    Triton waits for the first to leave it before writing the second; one store does not wait. On the H200
-    (benchmarks/sweep_configs.py, "whole" against halves in the same run) 128 x 256 x 64 tiles ran batched
-    32 x 2048 x 2048 x 128 in 94.4 against 104 us, 8192^3 1570 against 1580, and 128 x 128 x 128 tiles 101 against
-    120 and 1690 against 1820; small-K and MoE-like shapes stayed within 1%."""
+    """Whether tile `cfg` (TMA-stored, operands of at most 2 bytes, `elem`) has the shared memory to stage a whole
+    2-byte output tile for one TMA store beside its pipeline's stages (`TileConfig.whole_store`). Two half stores
+    share one staging buffer, so Triton waits for the first to leave it before writing the second; one store does
+    not wait. On the H200 (benchmarks/sweep_configs.py, "whole" against halves in the same run) 128 x 256 x 64 tiles
+    ran batched 32 x 2048 x 2048 x 128 in 94.4 against 104 us, 8192^3 1570 against 1580, and 128 x 128 x 128 tiles
+    101 against 120 and 1690 against 1820; small-K and MoE-like shapes stayed within 1%."""
+    if not cfg.tma_store or elem > 2:
+        return False
     stages = cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k * elem
     return stages + cfg.block_m * cfg.block_n * 2 <= spec.smem_per_block - _SMEM_RESERVE
 

@@ -386,6 +386,15 @@ def _desc_block(desc, matrix, row, col, ROWS: tl.constexpr, COLS: tl.constexpr, 
 
 
 @triton.jit
+def _desc_store(desc, matrix, row, col, block, BATCHED: tl.constexpr):
+    """Store `block` [ROWS, COLS] at (row, col) of a 2-D descriptor, or of matrix `matrix` of a 3-D one (BATCHED)."""
+    if BATCHED:
+        desc.store([matrix, row, col], block.reshape(1, block.shape[0], block.shape[1]))
+    else:
+        desc.store([row, col], block)
+
+
+@triton.jit
 def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
                 INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
@@ -561,8 +570,8 @@ def epilogue(
     D_DESC: the TMA stores a tile takes through the tensor descriptor `d_desc` (clipped at the edges; BATCHED: 3-D,
     [batch, M, N], written at matrix `matrix`): 1, the whole tile, or 2, two column halves, so that their staging
     buffer is half as large (Triton then waits for the first half's store to leave it before writing the second);
-    0: through `d_ptr` and the strides, masked. A 4-byte C matrix is read, added and stored a column half at a time
-    (`_add_c_store`; never with D_DESC == 1).
+    0: through `d_ptr` and the strides, masked. A 4-byte C matrix is read, added and stored a column quarter at a
+    time (`_add_c_store`, through a descriptor of quarter-wide boxes where D_DESC; never with D_DESC == 1).
     """
     M, N, _ = shape
     stride_dm, stride_dn = d_strides
@@ -582,18 +591,28 @@ def epilogue(
         acc = acc * tl.load(sb_ptr + offs_n * stride_sb, mask=mask_n, other=0.0)[None, :]
     acc = acc * alpha
     if HAS_C and not C_ROW and c_ptr.dtype.element_ty.primitive_bitwidth > 16:
-        # A 4-byte C matrix tile is added, cast and stored one column half at a time: its load in the accumulator's
-        # layout then holds half as many registers, and its layout conversion half the shared memory. fp32 128 x 256
-        # tiles spilled otherwise and fit one pipeline stage (two in halves, on triton 3.6); on the H200 they ran at
-        # 0.30-0.34x of torch.addmm (0.72-0.79x in halves). 2-byte C tiles (which do not spill) ran within 2% or
-        # faster whole: bf16 8192^3 addmm 1482 against 1711 us in halves, baddbmm 32 x 2048 x 2048 x 128 222
-        # against 283.
-        tl.static_assert(D_DESC != 1, "a 4-byte C matrix is stored in halves")
+        # A 4-byte C matrix tile is added, cast and stored one column quarter at a time: its load in the accumulator's
+        # layout then holds a quarter of the registers, and its layout conversion a quarter of the shared memory, so
+        # fp32 (TF32) 128 x 256 x 32 tiles keep 3 pipeline stages (213 KB). Whole, they spilled and fit one stage;
+        # in halves, two. On the H200 (python -m smgemm bench --epilogue, tf32 addmm, quarters at 1574c39 against
+        # halves at c5f7fe4 in one run) 4096^3 ran 250 -> 372 TFLOP/s (torch 347), 8192^3 257 -> 333 (331),
+        # 2048 x 14336 x 4096 249 -> 372 (313), 1024 x 6144 x 4096 329 -> 321 (311). 2-byte C tiles (which do not
+        # spill) ran within 2% or faster whole: bf16 8192^3 addmm 1482 against 1711 us in halves, baddbmm
+        # 32 x 2048 x 2048 x 128 222 against 283.
+        tl.static_assert(D_DESC != 1, "a 4-byte C matrix is stored in parts")
+        Q: tl.constexpr = BLOCK_N // 4
         left, right = tl.split(acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1))
-        _add_c_store(left, offs_m, pid_m * BLOCK_M, pid_n * BLOCK_N, shape, d_ptr, d_desc, d_strides, c_ptr,
-                     c_strides, beta, BLOCK_N // 2, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
-        _add_c_store(right, offs_m, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2, shape, d_ptr, d_desc, d_strides,
-                     c_ptr, c_strides, beta, BLOCK_N // 2, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
+        q0, q1 = tl.split(left.reshape(BLOCK_M, 2, Q).permute(0, 2, 1))
+        q2, q3 = tl.split(right.reshape(BLOCK_M, 2, Q).permute(0, 2, 1))
+        col = pid_n * BLOCK_N
+        _add_c_store(q0, offs_m, pid_m * BLOCK_M, col, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta, Q,
+                     USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
+        _add_c_store(q1, offs_m, pid_m * BLOCK_M, col + Q, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta, Q,
+                     USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
+        _add_c_store(q2, offs_m, pid_m * BLOCK_M, col + 2 * Q, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta,
+                     Q, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
+        _add_c_store(q3, offs_m, pid_m * BLOCK_M, col + 3 * Q, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta,
+                     Q, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
     else:
         mask = mask_m[:, None] & mask_n[None, :]
         if HAS_C and C_ROW:
@@ -604,21 +623,12 @@ def epilogue(
         if INTERPRETER and d_ptr.dtype.element_ty == tl.bfloat16:
             acc = round_to_bf16_rtne(acc)  # the GPU's cast rounds to nearest even; the interpreter's truncates
         if D_DESC == 1:
-            if BATCHED:
-                d_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N],
-                             acc.to(d_ptr.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N))
-            else:
-                d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(d_ptr.dtype.element_ty))
+            _desc_store(d_desc, matrix, pid_m * BLOCK_M, pid_n * BLOCK_N, acc.to(d_ptr.dtype.element_ty), BATCHED)
         elif D_DESC:
             halves = acc.to(d_ptr.dtype.element_ty).reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1)
             left, right = tl.split(halves)
-            if BATCHED:
-                d_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N], left.reshape(1, BLOCK_M, BLOCK_N // 2))
-                d_desc.store([matrix, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2],
-                             right.reshape(1, BLOCK_M, BLOCK_N // 2))
-            else:
-                d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], left)
-                d_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], right)
+            _desc_store(d_desc, matrix, pid_m * BLOCK_M, pid_n * BLOCK_N, left, BATCHED)
+            _desc_store(d_desc, matrix, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2, right, BATCHED)
         else:
             p_d = d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn
             tl.store(p_d, acc.to(d_ptr.dtype.element_ty), mask=mask)
@@ -643,10 +653,7 @@ def _add_c_store(
     if INTERPRETER and d_ptr.dtype.element_ty == tl.bfloat16:
         acc = round_to_bf16_rtne(acc)  # the GPU's cast rounds to nearest even; the interpreter's truncates
     if D_DESC:
-        if BATCHED:
-            d_desc.store([matrix, row, col], acc.to(d_ptr.dtype.element_ty).reshape(1, acc.shape[0], WIDTH))
-        else:
-            d_desc.store([row, col], acc.to(d_ptr.dtype.element_ty))
+        _desc_store(d_desc, matrix, row, col, acc.to(d_ptr.dtype.element_ty), BATCHED)
     else:
         tl.store(d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn, acc.to(d_ptr.dtype.element_ty),
                  mask=mask)

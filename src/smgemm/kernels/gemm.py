@@ -135,9 +135,10 @@ def gemm_kernel(
     a_ptr = _descriptor(a_ptr, M, K, stride_am, stride_ak, matrices, stride_ab, BLOCK_M, BLOCK_K, A_DESC, BATCHED)
     b_ptr = _descriptor(b_ptr, K, N, stride_bk, stride_bn, matrices, stride_bb, BLOCK_K, BLOCK_N, B_DESC, BATCHED)
     d_desc = d_ptr
-    if D_DESC:  # a tile is stored whole (1) or in two column halves (2)
+    if D_DESC:  # a tile is stored whole (1) or in two column halves (2); quarters with a 4-byte C (`epilogue`)
+        C_WIDE: tl.constexpr = HAS_C and not C_ROW and c_ptr.dtype.element_ty.primitive_bitwidth > 16
         d_desc = _descriptor(d_ptr, M, N, d_strides[0], d_strides[1], matrices, stride_db, BLOCK_M,
-                             BLOCK_N // D_DESC, "stored", BATCHED)
+                             BLOCK_N // (4 if C_WIDE else D_DESC), "stored", BATCHED)
     # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
     # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
     for tile_id in tl.range(pid, dp_tiles, num_programs, flatten=FLATTEN):

@@ -52,7 +52,7 @@ def candidates(
                 for hopper in (False, True) if bm * bn >= 128 * 128 else (False,):
                     cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper,
                                      tma_store=hopper, flatten=hopper)
-                    if hopper and elem <= 2 and whole_store_fits(cfg, elem, spec):  # as the planner stores
+                    if whole_store_fits(cfg, elem, spec):  # as the planner stores
                         cfg = replace(cfg, whole_store=True)
                     found.append((cfg, "persistent"))
                     tiles = math.ceil(m / bm) * math.ceil(n / bn)
