@@ -101,6 +101,12 @@ _HOPPER_PATH_MIN_TILE = 128 * 128
 # There 128 x 128 tiles are not candidates, smaller tiles take 256-byte K steps, and 128 x 256 tiles (still the
 # best when N gives (nearly) a full wave of them: 0.96-0.98x at N = 28672, 57344) run persistent, and only then.
 _SKINNY_MAX_M = 128
+# Above M = 64 (where no tile covers every row of A) 16-bit tiles have at least 64 rows: on the H200 (benchmarks/
+# sweep_configs.py, bf16, same run) 64 x 64 x 128 persistent tiles ran 0-36% faster than the 32 x 64 x 128 ones the
+# model preferred on ten few-tile problems (881 x 224 x 2498 24.3 -> 19.2 us, 1000 x 200 x 3000 21.9 -> 20.0,
+# 356 x 98 x 1781 13.4 -> 12.8, 500 x 500 x 2048 9.66 -> 9.07, 415 x 76 x 770 9.83 -> 9.79): a 32-row tile moves half
+# again the operand bytes per multiply-add, and a lone program streams them at ~25 GB/s, below the model's per-SM rate.
+_MIN_ROWS_ABOVE_STREAMING = 64
 # Few-tile Stream-K over a grid aligned to the tiles: each program streams one contiguous part of one tile's K-loop
 # with nothing else to overlap, and 64 x 128 pointer tiles with 128-byte K steps ran faster with 6 pipeline stages
 # than with 4: bf16 0-14% on 11 of 12 shapes and budgets (1% slower on the 12th), fp8 2-22% on 5 of 6 (2% slower
@@ -361,6 +367,8 @@ def choose_config(
     best, best_cost = None, math.inf
     for bm, bn, warps in _CANDIDATE_TILES:
         if bm > max_m or bn > max_n or (one_row and bm < max_m) or (fma and bm * bn > _FMA_MAX_TILE):
+            continue
+        if m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and elem == 2 and not fma:
             continue
         if skinny and bm * bn == 128 * 128 and not fma:
             continue
