@@ -467,3 +467,14 @@ def test_hopper_tiles_store_whole_where_the_output_tile_fits_beside_the_pipeline
     for m, n, k, budget in ((128, 28672, 8192, None), (129, 4096, 4096, 66), (96, 14336, 4096, 66)):
         cfg = make_mx_plan(m, n, k, torch.bfloat16, H200, num_sms=budget).config
         assert cfg.tma_store and not cfg.whole_store, (m, n, k, cfg)
+
+
+def test_tiles_above_m_64_have_at_least_64_rows():
+    # 32-row tiles move half again the bytes per multiply-add of 64-row ones (plan._MIN_ROWS_ABOVE_STREAMING); up to
+    # M = 64 a tile covers every row of A, so 16- and 32-row tiles remain there.
+    for m, n, k in ((881, 224, 2498), (96, 2048, 4096), (72, 264, 5820), (1000, 200, 3000), (415, 76, 770)):
+        for dtype in (torch.bfloat16, torch.float16):
+            for num_sms in (None, 16):
+                assert make_plan(m, n, k, dtype, H200, num_sms=num_sms).config.block_m >= 64, (m, n, k, dtype)
+    assert make_plan(32, 4096, 4096, torch.bfloat16, H200).config.block_m == 32
+    assert make_plan(48, 4096, 4096, torch.bfloat16, H200).config.block_m == 64

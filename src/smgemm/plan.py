@@ -101,6 +101,15 @@ _HOPPER_PATH_MIN_TILE = 128 * 128
 # There 128 x 128 tiles are not candidates, smaller tiles take 256-byte K steps, and 128 x 256 tiles (still the
 # best when N gives (nearly) a full wave of them: 0.96-0.98x at N = 28672, 57344) run persistent, and only then.
 _SKINNY_MAX_M = 128
+# Above M = 64 (where no tile covers every row of A) 16-bit tiles have at least 64 rows, where N takes a 64-wide tile:
+# a 32-row tile moves half again the operand bytes per multiply-add, and a program alone on its SM streams them at
+# ~25 GB/s, below the model's per-SM rate. On the H200 (benchmarks/sweep_configs.py, bf16, the planner's picks with
+# and without the rule in one run) 10 of 13 few-tile problems whose pick changed ran faster: 96 x 2048 x 4096 20.2 ->
+# 12.0 us, 881 x 224 x 2498 24.3 -> 19.2, 600 x 300 x 4096 15.3 -> 12.8, 339 x 518 x 4634 27.7 -> 23.6, 75 x 1503 x
+# 3773 26.4 -> 24.1, 1000 x 200 x 3000 21.9 -> 20.0, 356 x 98 x 1781 13.4 -> 12.8, 388 x 137 x 1084 10.9 -> 10.3,
+# 500 x 500 x 2048 9.66 -> 9.07, 415 x 76 x 770 9.83 -> 9.79; 100 x 1000 x 1000 ran 12.5 -> 12.6, 370 x 113 x 767
+# 9.98 -> 10.3 and 72 x 264 x 5820 15.7 -> 17.0.
+_MIN_ROWS_ABOVE_STREAMING = 64
 # Few-tile Stream-K over a grid aligned to the tiles: each program streams one contiguous part of one tile's K-loop
 # with nothing else to overlap, and 64 x 128 pointer tiles with 128-byte K steps ran faster with 6 pipeline stages
 # than with 4: bf16 0-14% on 11 of 12 shapes and budgets (1% slower on the 12th), fp8 2-22% on 5 of 6 (2% slower
@@ -361,6 +370,8 @@ def choose_config(
     best, best_cost = None, math.inf
     for bm, bn, warps in _CANDIDATE_TILES:
         if bm > max_m or bn > max_n or (one_row and bm < max_m) or (fma and bm * bn > _FMA_MAX_TILE):
+            continue
+        if m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 and not fma:
             continue
         if skinny and bm * bn == 128 * 128 and not fma:
             continue
