@@ -106,3 +106,101 @@ def test_mxfp4_repeat_calls(both, checks, device, monkeypatch):
     assert len(full) == 1
     with pytest.raises(TypeError, match="must be an MXFP4Tensor"):
         G.gemm_mxfp4(a, w.dequantize())
+
+
+def test_operations_repeat_through_the_remembered_call(checks, device):
+    """smgemm.matmul / addmm / linear (2-D) ask for a remembered call before their dispatch and checks: a repeat runs
+    no checks and is right; autocast, grad and another SM budget still take their own ways."""
+    a, w = randn((24, 40), torch.float16, device), randn((56, 40), torch.float16, device)
+    bias = randn((56,), torch.float16, device)
+    for _ in range(3):
+        x = randn((24, 40), torch.float16, device)
+        assert_gemm_close(smgemm.linear(x, w, bias), x, w.t(), beta=1.0, c=bias)
+    assert len(checks) == 1
+    for i in range(2):
+        assert_gemm_close(smgemm.matmul(a, w.t()), a, w.t())
+        assert_gemm_close(smgemm.addmm(bias, a, w.t(), alpha=0.5 + i), a, w.t(), alpha=0.5 + i, beta=1.0, c=bias)
+    assert len(checks) == 2  # matmul's call is new (no C); addmm's with a bias repeats linear's
+    with smgemm.sm_budget(2):
+        smgemm.matmul(a, w.t())
+    assert len(checks) == 3
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+        assert smgemm.matmul(a, w.t()).dtype == torch.bfloat16
+    wg = w.clone().requires_grad_()
+    smgemm.linear(a, wg).sum().backward()
+    torch.testing.assert_close(wg.grad, a.sum(0, dtype=torch.float32).expand(56, 40).to(torch.float16),
+                               rtol=2e-3, atol=2e-3)
+
+
+def test_a_repeat_launch_passes_what_the_full_launch_passes(monkeypatch, device):
+    """`_launch.Repeat` (the launch of a remembered call on a GPU) gives the launcher the arguments `launch` gives it:
+    the tensors' addresses in `tensor_args`' order, the ints, the epoch, alpha and beta, the meta-parameters; a
+    Stream-K workspace of its own; nothing when the current device is another."""
+    import smgemm._launch as L
+    from smgemm.mxfp4 import quantize_mxfp4
+
+    monkeypatch.setattr(L, "epoch", lambda: 7)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 1000 + index, raising=False)
+    current = {"device": 0}
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: current["device"], raising=False)
+    captured = []
+    monkeypatch.setattr(G, "launch", lambda plan, tensors, ints, floats, meta, launcher=None: captured.append(
+        (plan, tensors, ints, floats, meta)))
+    a, w = randn((40, 64), torch.float16, device), randn((48, 64), torch.float16, device)
+    bias = randn((48,), torch.float16, device)
+    x8 = randn((40, 64), torch.float16, device).to(torch.float8_e4m3fn)
+    w8 = randn((48, 64), torch.float16, device).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(40, 1, device=device) + 0.5, torch.rand(1, 48, device=device) + 0.5
+    wq = quantize_mxfp4(w.float())
+    cases = [  # (a, b, c, scale_a, scale_b) as the call takes them, the call
+        ((a, w.t(), bias, None, None), lambda: G.gemm(a, w.t(), c=bias, alpha=0.5, num_sms=3)),
+        ((a, w.t(), None, None, None), lambda: G.gemm(a, w.t(), schedule="streamk", num_sms=3)),
+        ((x8, w8.t(), None, sa, sb), lambda: G.gemm(x8, w8.t(), scale_a=sa, scale_b=sb, num_sms=2)),
+        ((a, wq, bias, None, None), lambda: G.gemm_mxfp4(a, wq, c=bias, num_sms=3)),
+    ]
+    for operands, call in cases:
+        captured.clear()
+        out = call()
+        plan, tensors, ints, floats, meta = captured[0]
+        seen = []
+        repeat = L.Repeat(plan, ints, meta, lambda args, stream, seen=seen: seen.append((args, stream)), 0, False,
+                          isinstance(operands[1], smgemm.MXFP4Tensor))
+        a_, b_, c_, sa_, sb_ = operands
+        assert repeat(a_, b_, out, c_, sa_, sb_, floats)
+        args, stream = seen[0]
+        expected = (*L.addresses(tensors), *ints, 7, floats, *meta.values())
+        assert stream == 1000 and len(args) == len(expected)
+        workspace = 8  # tensor_args' position of the Stream-K workspace: an allocation of each launch
+        assert args[:workspace] + args[workspace + 1:] == expected[:workspace] + expected[workspace + 1:]
+        assert (args[workspace] is None) == (tensors[workspace] is None) == (plan.sk_tiles == 0)
+        current["device"] = 1
+        assert not repeat(a_, b_, out, c_, sa_, sb_, floats) and len(seen) == 1
+        current["device"] = 0
+    assert {len(captured)} == {1}
+
+
+def test_linear_repeats_without_the_weight_view(checks, device):
+    """linear keys a repeat on the weight as its transposed view would be keyed (`_transposed_signature`), for any
+    weight layout; N-D x repeats too; errors stay the full path's, before and after a call is remembered."""
+    buf = randn((80, 72), torch.float16, device)
+    weights = [randn((48, 64), torch.float16, device), buf.t()[:48, :64], buf[8:56, 8:72],
+               torch.nn.Parameter(randn((48, 64), torch.float16, device))]
+    for w in weights:
+        assert G._transposed_signature(w) == G._tensor_signature(w.t())
+    with torch.no_grad():
+        for w in weights:
+            for shape in ((24, 64), (3, 8, 64)):
+                for _ in range(2):
+                    x = randn(shape, torch.float16, device)
+                    y = smgemm.linear(x, w)
+                    assert y.shape == (*shape[:-1], 48)
+                    assert_gemm_close(y.reshape(-1, 48), x.reshape(-1, 64), w.t())
+    # one full call a weight layout (the Parameter's view is a plain Tensor like the first weight's); [3, 8, 64] x
+    # folds to [24, 64], the 2-D call's key
+    assert len(checks) == len({G._tensor_signature(w.t()) for w in weights}) == 3
+    x = randn((24, 64), torch.float16, device)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="num_sms"):
+            smgemm.linear(x, weights[0], num_sms=0)
+        with pytest.raises(ValueError, match=r"must equal weight\.shape"):
+            smgemm.linear(randn((24, 40), torch.float16, device), weights[0])

@@ -26,7 +26,7 @@ from ._checks import (
     resolve_neg,
 )
 from ._device import device_spec, tf32_enabled
-from ._launch import Operands, launch, row_alignment, run_cached, staged, static_args, tensor_args
+from ._launch import Operands, Repeat, launch, row_alignment, run_cached, staged, static_args, tensor_args
 from .kernels.mx_expand import mx_expand_kernel
 from .mxfp4 import MXFP4Tensor
 from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, resolve_budget, whole_device
@@ -116,7 +116,11 @@ def _finish(key: tuple | None, plan: Plan, ops: Operands, ints: tuple, meta: dic
         raise ValueError(f"smid_out needs {plan.num_programs} elements, got {ops.smid_out.numel()}")
     launcher = launch(plan, tensor_args(plan, ops), ints, (float(alpha), float(beta)), meta)
     out = ops.out
-    _remember(key, (plan, tuple(out.shape), out.dtype, ops.c is not None, ints, meta, launcher))
+    repeat = None
+    if launcher is not None and not (plan.stage_a or plan.stage_b):
+        repeat = Repeat(plan, ints, meta, launcher, out.device.index, isinstance(ops.a, MXFP4Tensor),
+                        isinstance(ops.b, MXFP4Tensor))
+    _remember(key, (plan, tuple(out.shape), out.dtype, ops.c is not None, ints, meta, launcher, repeat))
     return out
 
 
@@ -139,12 +143,23 @@ def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple | None:
     return type(t), t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0
 
 
-def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config) -> tuple | None:
+def _transposed_signature(w: torch.Tensor) -> tuple:
+    """`_tensor_signature(w.t())` of a 2-D tensor, without making the view (linear's weight: `repeat_linear`)."""
+    if w.is_neg():
+        raise TypeError("a negative view")
+    (n, k), (s0, s1) = w.shape, w.stride()
+    kind = torch.Tensor if type(w) is torch.nn.Parameter else type(w)  # a Parameter's view is a plain Tensor
+    return kind, w.device, w.dtype, (k, n), (s1, s0), w.data_ptr() % 16 == 0
+
+
+def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config,
+               b_t: bool = False) -> tuple | None:
     """The key of a call of `entry` ("gemm", "gemm_mxfp4") in _SEEN_CALLS, or None when an argument is not
-    what a key can describe. Absent tensors cost no call: this runs on every eager call."""
+    what a key can describe (`b_t`: the call's B is `b.t()`). Absent tensors cost no call: this runs on every eager
+    call."""
     try:
         return (
-            entry, _tensor_signature(a), _tensor_signature(b),
+            entry, _tensor_signature(a), _transposed_signature(b) if b_t else _tensor_signature(b),
             None if c is None else (_tensor_signature(c), beta != 0),
             None if scale_a is None else _tensor_signature(scale_a),
             None if scale_b is None else _tensor_signature(scale_b), out_dtype, schedule, type(num_sms), num_sms,
@@ -155,16 +170,35 @@ def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_
         return None
 
 
-def _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta) -> torch.Tensor | None:
-    """Launch a call whose signature passed every check before (same plan, same launch); None if it did not."""
+def _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta, b_t: bool = False) -> torch.Tensor | None:
+    """Launch a call whose signature passed every check before (same plan, same launch); None if it did not.
+    `b_t`: the call's B is `b.t()` (a view has b's address, so only a launch through `launch` makes it)."""
     seen = _SEEN_CALLS.get(key) if key is not None else None
     if seen is None:
         return None
-    plan, shape, dtype, has_c, ints, meta, launcher = seen
+    plan, shape, dtype, has_c, ints, meta, launcher, repeat = seen
     out = _empty(shape, dtype, a.device)
-    tensors = tensor_args(plan, staged(plan, Operands(a, b, out, c if has_c else None, scale_a, scale_b)))
-    launch(plan, tensors, ints, (float(alpha), float(beta)), meta, launcher)
+    c, floats = c if has_c else None, (float(alpha), float(beta))
+    if repeat is None or not repeat(a, b, out, c, scale_a, scale_b, floats):
+        ops = Operands(a, b.t() if b_t else b, out, c, scale_a, scale_b)
+        launch(plan, tensor_args(plan, staged(plan, ops)), ints, floats, meta, launcher)
     return out
+
+
+def repeat_call(entry, a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms) -> torch.Tensor | None:
+    """`entry`'s output ("gemm", "gemm_mxfp4") for a call that allocates its output and repeats a remembered signature,
+    launched from what was remembered; None for any other call, which the caller then makes in full. The
+    operations' eager path asks this first: a repeat call then costs a key, a lookup and a launch."""
+    if alpha == 0:
+        return None
+    key = _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, None)
+    return _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta)
+
+
+def repeat_linear(x, weight, bias, out_dtype, schedule, num_sms) -> torch.Tensor | None:
+    """`repeat_call` of linear's product, x [M, K] @ weight.t() + bias, keyed and launched without making the view."""
+    key = _signature("gemm", x, weight, bias, 1.0, out_dtype, None, None, schedule, num_sms, None, b_t=True)
+    return _repeat_call(key, x, weight, bias, None, None, 1.0, 1.0, b_t=True)
 
 
 def _seen(entry, a, b, c, alpha, beta, allocates, out_dtype, scale_a, scale_b, schedule, num_sms, config):

@@ -338,6 +338,35 @@ def addresses(tensors: tuple) -> tuple:
     return tuple(None if t is None else t.data_ptr() for t in tensors)
 
 
+class Repeat:
+    """The launch of a remembered call, for its repeats: plan, ints, meta-parameters and launcher are fixed, so a
+    repeat passes only what is new (the tensors' device addresses, a Stream-K workspace and epoch, alpha and beta),
+    in the order `launch` gives the launcher (`tensor_args`, then the ints, the epoch, the floats, the meta-parameters).
+    For calls whose operands are launched as given (no staged copies) on a CUDA device. Returns False, launching
+    nothing, when the current device is not the remembered one (the caller then takes `launch`'s way)."""
+
+    __slots__ = ("a_mx", "b_mx", "index", "ints", "launcher", "tail", "workspace_numel")
+
+    def __init__(self, plan: Plan, ints: tuple, meta: dict, launcher: Launcher, index: int, a_mx: bool, b_mx: bool):
+        self.index, self.a_mx, self.b_mx, self.ints, self.launcher = index, a_mx, b_mx, ints, launcher
+        self.workspace_numel = plan.workspace_numel if plan.sk_tiles else 0
+        self.tail = tuple(meta.values())
+
+    def __call__(self, a, b, out: torch.Tensor, c, scale_a, scale_b, floats: tuple) -> bool:
+        index = self.index
+        if torch._C._cuda_getDevice() != index:
+            return False
+        ws = torch.empty(self.workspace_numel, dtype=torch.float32, device=out.device) if self.workspace_numel else None
+        a_mx, b_mx = self.a_mx, self.b_mx
+        self.launcher((
+            (a.data if a_mx else a).data_ptr(), (b.data if b_mx else b).data_ptr(), out.data_ptr(),
+            None if c is None else c.data_ptr(), None if scale_a is None else scale_a.data_ptr(),
+            None if scale_b is None else scale_b.data_ptr(), a.scales.data_ptr() if a_mx else None,
+            b.scales.data_ptr() if b_mx else None, None if ws is None else ws.data_ptr(), None,
+            *self.ints, epoch(), floats, *self.tail), torch._C._cuda_getCurrentRawStream(index))
+        return True
+
+
 def launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher=None):
     """Launch gemm_kernel on the tensors' device; returns the compiled kernel's launcher (None in the interpreter),
     which a caller may pass back for a launch with the same ints, meta, dtypes and alignment."""

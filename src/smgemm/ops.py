@@ -20,7 +20,7 @@ import torch
 
 from . import _library
 from ._checks import check_batched_dims, check_bmm, check_call, check_gemm, check_knobs, check_mxfp4
-from ._gemm import gemm, gemm_mxfp4
+from ._gemm import gemm, gemm_mxfp4, repeat_call, repeat_linear
 from .mxfp4 import MXFP4Tensor
 
 
@@ -166,8 +166,9 @@ def _run(
     if _via_dispatcher(a, b, c, scale_a, scale_b):
         check_gemm(a, b, c, beta, None, out_dtype, scale_a, scale_b)  # as the eager path does, before the op
         return _library.call_gemm(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule, num_sms)
-    return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
-                schedule=schedule, num_sms=num_sms)
+    y = repeat_call("gemm", a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
+    return y if y is not None else gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a,
+                                        scale_b=scale_b, schedule=schedule, num_sms=num_sms)
 
 
 def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor | None, out_dtype,
@@ -192,7 +193,9 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
         y = _library.gemm_mxfp4_op(a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms,
                                    x2.layout if isinstance(x2, MXFP4Tensor) else "ocp", w.layout)
     else:
-        y = gemm_mxfp4(x2, w, c=bias, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
+        y = repeat_call("gemm_mxfp4", x2, w, bias, 1.0, 1.0, out_dtype, None, None, schedule, num_sms)
+        if y is None:
+            y = gemm_mxfp4(x2, w, c=bias, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
     return y.reshape(*lead, w.shape[0])
 
 
@@ -378,6 +381,30 @@ def addmm(
                 scale_b=scale_b, schedule=schedule, num_sms=num_sms)
 
 
+def _repeat_linear(x, weight, bias, out_dtype, schedule, num_sms) -> torch.Tensor | None:
+    """linear's output where the call repeats a remembered one (dense x [..., K] and weight [N, K], a bias [N] or
+    none), launched without making the weight's transposed view nor checking again; None for any other call, which
+    then runs in full (with its checks and errors, in their order: nothing here raises)."""
+    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)) or (
+            bias is not None and not isinstance(bias, torch.Tensor)):
+        return None
+    dims = x.dim()
+    if dims < 2 or weight.dim() != 2 or (bias is not None and bias.dim() != 1):
+        return None
+    if _via_dispatcher(x, weight, bias) or torch._C._is_any_autocast_enabled():
+        return None
+    try:
+        check_call(schedule, num_sms, 1.0, 1.0, out_dtype)
+    except (TypeError, ValueError):
+        return None
+    schedule, num_sms = _resolve(schedule, num_sms)
+    if dims == 2:
+        return repeat_linear(x, weight, bias, out_dtype, schedule, num_sms)
+    lead = x.shape[:-1]
+    y = repeat_linear(x.reshape(math.prod(lead), x.shape[-1]), weight, bias, out_dtype, schedule, num_sms)
+    return None if y is None else y.reshape(*lead, weight.shape[0])
+
+
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -395,6 +422,10 @@ def linear(
     feature ([N] or [N, 1]). `weight` may be an `MXFP4Tensor` (`smgemm.quantize_mxfp4`), with `x` bf16 / fp16 or
     also an MXFP4Tensor; the result is then bf16 (fp16 for fp16 x) unless `out_dtype` says otherwise.
     """
+    if scale_a is None and scale_b is None:
+        y = _repeat_linear(x, weight, bias, out_dtype, schedule, num_sms)
+        if y is not None:
+            return y
     if isinstance(weight, MXFP4Tensor):
         if scale_a is not None or scale_b is not None:
             raise ValueError("scale_a / scale_b apply to float8 inputs; MXFP4 carries its own scales")
