@@ -119,6 +119,39 @@ def test_flop_counter_counts_smgemm(device):
     assert counter.get_total_flops() == 3 * 2 * 16 * 32 * 8  # forward, and both gradients
 
 
+def test_eager_autograd_skips_the_dispatcher_with_the_ops_gradients(device):
+    """An eager call that only autograd must record runs the kernel under an autograd.Function (ops._route), with the
+    custom op's backward: the same output and gradients as the op's own autograd, and the op still where a mode is
+    active (FlopCounterMode above counts the forward through it)."""
+    from smgemm import _library, ops
+
+    x = randn((24, 40), torch.float16, device).requires_grad_()
+    w = torch.nn.Parameter(randn((16, 40), torch.float16, device))
+    bias = randn((16,), torch.float16, device).requires_grad_()
+    assert ops._route(x, w, bias) == ops._AUTOGRAD
+    with torch.no_grad():
+        assert ops._route(x, w, bias) == ops._KERNEL
+    y = smgemm.linear(x, w, bias)
+    assert type(y.grad_fn).__name__ == "EagerBackward"
+    g = randn((24, 16), torch.float16, device)
+    y.backward(g)
+    grads = [t.grad.clone() for t in (x, w, bias)]
+    for t in (x, w, bias):
+        t.grad = None
+    y_op = _library.call_gemm(x, w.t(), bias, 1.0, 1.0, None, None, None, "auto", None)
+    assert type(y_op.grad_fn).__name__ != "EagerBackward"
+    y_op.backward(g)
+    assert torch.equal(y, y_op)
+    for got, want in zip(grads, (x.grad, w.grad, bias.grad)):
+        assert torch.equal(got, want)
+    bad = randn((41, 8), torch.float16, device)
+    with pytest.raises(ValueError) as with_grad:
+        smgemm.matmul(x, bad)
+    with torch.no_grad(), pytest.raises(ValueError) as without:
+        smgemm.matmul(x, bad)
+    assert str(with_grad.value) == str(without.value) and "b.shape[0]" in str(without.value)
+
+
 def test_fake_and_meta_tensors_get_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -1,8 +1,9 @@
 """The torch.library custom ops (namespace `smgemm`) around `_gemm.gemm`, with fake kernels and autograd.
 
 They are what `torch.compile` traces (an opaque op with a fake implementation: no graph break, dynamic M),
-what autograd differentiates, and what CUDA graphs capture. Eager calls that need neither autograd nor tracing
-skip the dispatcher and call `gemm` directly (ops.py): the same kernel, ~10 us less host time.
+what autograd differentiates, and what CUDA graphs capture. Eager calls that no torch subsystem must see skip the
+dispatcher (ops.py): they call `gemm` directly, ~10 us less host time, or, where autograd must record them (dense
+products), `autograd_gemm`, the same kernel under an autograd.Function with the op's backward, ~50 us less.
 
     smgemm::gemm(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms) -> Tensor
     smgemm::gemm_out(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, out!) -> ()
@@ -27,6 +28,12 @@ from .mxfp4 import MXFP4Tensor
 _FP8 = torch.float8_e4m3fn
 
 
+def _gemm_kernel(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
+    """What smgemm::gemm computes (`gemm_op`, `autograd_gemm`)."""
+    return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
+                schedule=schedule, num_sms=num_sms)
+
+
 @torch.library.custom_op("smgemm::gemm", mutates_args=())
 def gemm_op(
     a: torch.Tensor,
@@ -40,8 +47,7 @@ def gemm_op(
     schedule: str,
     num_sms: int | None,
 ) -> torch.Tensor:
-    return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
-                schedule=schedule, num_sms=num_sms)
+    return _gemm_kernel(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
 
 
 @gemm_op.register_fake
@@ -75,6 +81,28 @@ def _gemm_out_fake(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, ou
 
 
 _FUNCTORCH = getattr(torch._C, "_functorch", None)
+
+
+def _eager_autograd(kernel, setup_context, backward):
+    """An autograd.Function running `kernel` (what a custom op wraps) with the op's backward: for eager calls that
+    only autograd must record (no torch.compile, torch mode, functorch transform or tensor subclass, which need the
+    op). It skips the dispatcher and torch.library's generated autograd wrapper, ~50 us of host time a call; the
+    backward computes its products through the custom op, as the op's own backward does."""
+
+    class Eager(torch.autograd.Function):
+        @staticmethod
+        def forward(*args):
+            return kernel(*args)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            setup_context(ctx, inputs, output)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return backward(ctx, grad)
+
+    return Eager.apply
 
 
 def _with_functorch_twin(op, setup_context, backward):
@@ -141,6 +169,7 @@ def _backward(ctx, grad):
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
 call_gemm = _with_functorch_twin(gemm_op, _setup_context, _backward)
+autograd_gemm = _eager_autograd(_gemm_kernel, _setup_context, _backward)
 
 
 @torch.library.custom_op("smgemm::gemm_mxfp4", mutates_args=())

@@ -6,8 +6,9 @@ the rest of the chip stays free for other work. `schedule` is "auto", "data_para
 (README.md, docs/streamk.md); every schedule gives the same result for the same inputs and budget on every run.
 
 Arguments left as None take the values of the innermost `sm_budget(...)` block (then the whole device and
-"auto"). Calls that autograd must record, and calls traced by torch.compile, go through the
-`smgemm::gemm` custom op (`_library.py`); other eager calls run the same kernel without the dispatcher.
+"auto"). Calls traced by torch.compile or seen by a torch subsystem (a mode, a subclass, a functorch transform) go
+through the `smgemm::gemm` custom op (`_library.py`); other eager calls run the same kernel without the dispatcher,
+under an autograd.Function with the op's backward where autograd must record them (`_route`).
 """
 
 from __future__ import annotations
@@ -89,28 +90,42 @@ def _tracked(*tensors) -> bool:
 _FUNCTORCH = getattr(torch._C, "_functorch", None)
 
 
-def _via_dispatcher(*tensors) -> bool:
-    """Whether this call must go through the custom op rather than straight to the kernel: autograd must record it,
-    torch.compile traces it, or a torch subsystem must see it (a dispatch or function mode such as FakeTensorMode or
-    FlopCounterMode, a tensor subclass such as DTensor, a functorch transform such as vmap or grad, a meta tensor).
-    Cheap C queries first and one pass over the tensors: this runs on every eager call."""
+# Where an eager call runs (`_route`): the kernel directly, the kernel under an autograd.Function (autograd must
+# record the call, nothing else needs the dispatcher), or the custom op.
+_KERNEL, _AUTOGRAD, _OP = 0, 1, 2
+
+
+def _route(*tensors) -> int:
+    """_OP where a call must go through the custom op: torch.compile traces it, or a torch subsystem must see it (a
+    dispatch or function mode such as FakeTensorMode or FlopCounterMode, a tensor subclass such as DTensor, a
+    functorch transform such as vmap or grad, a meta tensor); else _AUTOGRAD where autograd must record it, else
+    _KERNEL. Cheap C queries first and one pass over the tensors: this runs on every eager call."""
     if torch.compiler.is_compiling():  # first: Dynamo cannot trace the C queries below
-        return True
+        return _OP
     if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() or (
             _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None):
-        return True
+        return _OP
     grad = torch.is_grad_enabled()
+    route = _KERNEL
     for t in tensors:
         if t is None:
             continue
         kind = type(t)
         if kind is torch.Tensor or kind is torch.nn.Parameter:
-            if (grad and t.requires_grad) or t.is_meta:
-                return True
+            if t.is_meta:
+                return _OP
+            if grad and t.requires_grad:
+                route = _AUTOGRAD
         elif isinstance(t, torch.Tensor):  # a subclass (DTensor, ...)
             _library.register_dtensor_rules()
-            return True
-    return False
+            return _OP
+    return route
+
+
+def _via_dispatcher(*tensors) -> bool:
+    """Whether a call must go through the custom op rather than straight to the kernel (`_route`): a call autograd
+    must record counts, for the operations with no autograd.Function of their own (MXFP4, batched, out=)."""
+    return _route(*tensors) != _KERNEL
 
 
 _AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -163,9 +178,13 @@ def _run(
             return out
         return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, scale_a=scale_a,
                     scale_b=scale_b, schedule=schedule, num_sms=num_sms)
-    if _via_dispatcher(a, b, c, scale_a, scale_b):
+    route = _route(a, b, c, scale_a, scale_b)
+    if route == _OP:
         check_gemm(a, b, c, beta, None, out_dtype, scale_a, scale_b)  # as the eager path does, before the op
         return _library.call_gemm(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule, num_sms)
+    if route == _AUTOGRAD:
+        return _library.autograd_gemm(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule,
+                                      num_sms)
     y = repeat_call("gemm", a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
     return y if y is not None else gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a,
                                         scale_b=scale_b, schedule=schedule, num_sms=num_sms)
