@@ -83,51 +83,34 @@ def _gemm_out_fake(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, ou
 _FUNCTORCH = getattr(torch._C, "_functorch", None)
 
 
+def _function(name: str, run, setup_context, backward, vmap: bool = False) -> type[torch.autograd.Function]:
+    """An autograd.Function named `name` whose forward calls `run` and whose backward is a custom op's (`vmap`: with
+    a generated vmap rule)."""
+    return type(name, (torch.autograd.Function,), {
+        "generate_vmap_rule": vmap,
+        "forward": staticmethod(lambda *args: run(*args)),
+        "setup_context": staticmethod(lambda ctx, inputs, output: setup_context(ctx, inputs, output)),
+        "backward": staticmethod(lambda ctx, grad: backward(ctx, grad)),
+    })
+
+
 def _eager_autograd(kernel, setup_context, backward):
     """An autograd.Function running `kernel` (what a custom op wraps) with the op's backward: for eager calls that
     only autograd must record (no torch.compile, torch mode, functorch transform or tensor subclass, which need the
     op). It skips the dispatcher and torch.library's generated autograd wrapper, ~50 us of host time a call; the
     backward computes its products through the custom op, as the op's own backward does."""
-
-    class Eager(torch.autograd.Function):
-        @staticmethod
-        def forward(*args):
-            return kernel(*args)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            setup_context(ctx, inputs, output)
-
-        @staticmethod
-        def backward(ctx, grad):
-            return backward(ctx, grad)
-
-    return Eager.apply
+    return _function("Eager", kernel, setup_context, backward).apply
 
 
 def _with_functorch_twin(op, setup_context, backward):
     """A caller of custom op `op`: the op itself, or under a torch.func transform (grad, vjp, vmap, ...) an
     autograd.Function that runs it with the same backward (torch.library's generated autograd does not run under
     those transforms; vmap of it loops over the batch, torch's fallback for the custom op)."""
-
-    class Twin(torch.autograd.Function):
-        generate_vmap_rule = True
-
-        @staticmethod
-        def forward(*args):
-            return op(*args)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            setup_context(ctx, inputs, output)
-
-        @staticmethod
-        def backward(ctx, grad):
-            return backward(ctx, grad)
+    twin = _function("Twin", op, setup_context, backward, vmap=True)
 
     def call(*args) -> torch.Tensor:
         if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
-            return Twin.apply(*args)
+            return twin.apply(*args)
         return op(*args)
 
     return call
