@@ -120,17 +120,17 @@ def test_flop_counter_counts_smgemm(device):
 
 
 def test_eager_autograd_skips_the_dispatcher_with_the_ops_gradients(device):
-    """An eager call that only autograd must record runs the kernel under an autograd.Function (ops._route), with the
-    custom op's backward: the same output and gradients as the op's own autograd, and the op still where a mode is
-    active (FlopCounterMode above counts the forward through it)."""
-    from smgemm import _library, ops
+    """An eager call that only autograd must record runs the kernel under an autograd.Function, with the
+    custom op's backward (`_library.route`): the same output and gradients as the op's own autograd, and the op still
+    where a mode is active (FlopCounterMode above counts the forward and both gradients through it)."""
+    from smgemm import _library
 
     x = randn((24, 40), torch.float16, device).requires_grad_()
     w = torch.nn.Parameter(randn((16, 40), torch.float16, device))
     bias = randn((16,), torch.float16, device).requires_grad_()
-    assert ops._route(x, w, bias) == ops._AUTOGRAD
+    assert _library.route(x, w, bias) == _library.AUTOGRAD
     with torch.no_grad():
-        assert ops._route(x, w, bias) == ops._KERNEL
+        assert _library.route(x, w, bias) == _library.KERNEL
     y = smgemm.linear(x, w, bias)
     assert type(y.grad_fn).__name__ == "EagerBackward"
     g = randn((24, 16), torch.float16, device)
@@ -150,6 +150,21 @@ def test_eager_autograd_skips_the_dispatcher_with_the_ops_gradients(device):
     with torch.no_grad(), pytest.raises(ValueError) as without:
         smgemm.matmul(x, bad)
     assert str(with_grad.value) == str(without.value) and "b.shape[0]" in str(without.value)
+
+
+def test_double_backward_through_the_eager_autograd_path(device):
+    """A gradient of a gradient (create_graph): the backward's products then run under autograd themselves
+    (`_library._product`). fp32 without TF32 (FMA): within fp32 rounding of float64 torch."""
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    w = torch.nn.Parameter(torch.randn(4, 16, device=device))
+    (gx,) = torch.autograd.grad(smgemm.linear(x, w).pow(2).sum(), x, create_graph=True)
+    gx.pow(2).sum().backward()
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    (gx64,) = torch.autograd.grad(F.linear(x64, w64).pow(2).sum(), x64, create_graph=True)
+    gx64.pow(2).sum().backward()
+    torch.testing.assert_close(gx.double(), gx64, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-4)
 
 
 def test_fake_and_meta_tensors_get_shapes():

@@ -8,7 +8,7 @@ the rest of the chip stays free for other work. `schedule` is "auto", "data_para
 Arguments left as None take the values of the innermost `sm_budget(...)` block (then the whole device and
 "auto"). Calls traced by torch.compile or seen by a torch subsystem (a mode, a subclass, a functorch transform) go
 through the `smgemm::gemm` custom op (`_library.py`); other eager calls run the same kernel without the dispatcher,
-under an autograd.Function with the op's backward where autograd must record them (`_route`).
+under an autograd.Function with the op's backward where autograd must record them (`_library.route`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 from . import _library
 from ._checks import check_batched_dims, check_bmm, check_call, check_gemm, check_knobs, check_mxfp4
 from ._gemm import gemm, gemm_mxfp4, repeat_call, repeat_linear
+from ._library import AUTOGRAD, KERNEL, OP, route
 from .mxfp4 import MXFP4Tensor
 
 
@@ -87,45 +88,10 @@ def _tracked(*tensors) -> bool:
     return False
 
 
-_FUNCTORCH = getattr(torch._C, "_functorch", None)
-
-
-# Where an eager call runs (`_route`): the kernel directly, the kernel under an autograd.Function (autograd must
-# record the call, nothing else needs the dispatcher), or the custom op.
-_KERNEL, _AUTOGRAD, _OP = 0, 1, 2
-
-
-def _route(*tensors) -> int:
-    """_OP where a call must go through the custom op: torch.compile traces it, or a torch subsystem must see it (a
-    dispatch or function mode such as FakeTensorMode or FlopCounterMode, a tensor subclass such as DTensor, a
-    functorch transform such as vmap or grad, a meta tensor); else _AUTOGRAD where autograd must record it, else
-    _KERNEL. Cheap C queries first and one pass over the tensors: this runs on every eager call."""
-    if torch.compiler.is_compiling():  # first: Dynamo cannot trace the C queries below
-        return _OP
-    if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() or (
-            _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None):
-        return _OP
-    grad = torch.is_grad_enabled()
-    route = _KERNEL
-    for t in tensors:
-        if t is None:
-            continue
-        kind = type(t)
-        if kind is torch.Tensor or kind is torch.nn.Parameter:
-            if t.is_meta:
-                return _OP
-            if grad and t.requires_grad:
-                route = _AUTOGRAD
-        elif isinstance(t, torch.Tensor):  # a subclass (DTensor, ...)
-            _library.register_dtensor_rules()
-            return _OP
-    return route
-
-
 def _via_dispatcher(*tensors) -> bool:
-    """Whether a call must go through the custom op rather than straight to the kernel (`_route`): a call autograd
-    must record counts, for the operations with no autograd.Function of their own (MXFP4, batched, out=)."""
-    return _route(*tensors) != _KERNEL
+    """Whether a call must go through the custom op rather than straight to the kernel (`_library.route`): a call
+    autograd must record counts, for the operations with no autograd.Function of their own (MXFP4, batched, out=)."""
+    return route(*tensors) != KERNEL
 
 
 _AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -178,11 +144,11 @@ def _run(
             return out
         return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, scale_a=scale_a,
                     scale_b=scale_b, schedule=schedule, num_sms=num_sms)
-    route = _route(a, b, c, scale_a, scale_b)
-    if route == _OP:
+    where = route(a, b, c, scale_a, scale_b)
+    if where == OP:
         check_gemm(a, b, c, beta, None, out_dtype, scale_a, scale_b)  # as the eager path does, before the op
         return _library.call_gemm(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule, num_sms)
-    if route == _AUTOGRAD:
+    if where == AUTOGRAD:
         return _library.autograd_gemm(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule,
                                       num_sms)
     y = repeat_call("gemm", a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
