@@ -1,0 +1,38 @@
+"""Host time per call of small cached GEMMs, smgemm against torch in the same process (GPU): run it once per tree
+to compare, alternating processes, since a process's torch time varies with the machine's state (13-20 us for
+torch.matmul on the H200 host). Each figure is the median of five timings of 1000 calls.
+
+    PYTHONPATH=src python benchmarks/host_compare.py NAME
+"""
+
+import argparse
+import statistics
+
+import torch
+
+import smgemm
+from smgemm.tools.timing import host_us_per_call as per_call
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", help="a label for this tree's line")
+    name = p.parse_args().name
+    a = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.nn.Parameter(torch.randn(64, 64, device="cuda", dtype=torch.bfloat16))
+    bias = torch.randn(64, device="cuda", dtype=torch.bfloat16)
+    mx = smgemm.quantize_mxfp4(torch.randn(64, 64, device="cuda"))
+    calls = {"smgemm.matmul": lambda: smgemm.matmul(a, b), "torch.matmul": lambda: torch.matmul(a, b),
+             "smgemm.linear bias": lambda: smgemm.linear(a, w, bias),
+             "F.linear bias": lambda: torch.nn.functional.linear(a, w, bias),
+             "smgemm.linear mxfp4": lambda: smgemm.linear(a, mx)}
+    times = {k: [] for k in calls}
+    for _ in range(5):
+        for k, f in calls.items():
+            times[k].append(per_call(f, 1000))
+    print(name, " ".join(f"{k}={statistics.median(v):.2f}" for k, v in times.items()))
+
+
+if __name__ == "__main__":
+    main()
