@@ -117,29 +117,35 @@ def route(*tensors) -> int:
     return route
 
 
-def _function(name: str, run, setup_context, backward, vmap: bool = False) -> type[torch.autograd.Function]:
-    """An autograd.Function named `name` whose forward calls `run` and whose backward is a custom op's (`vmap`: with
-    a generated vmap rule)."""
-    return type(name, (torch.autograd.Function,), {
-        "generate_vmap_rule": vmap,
-        "forward": staticmethod(lambda *args: run(*args)),
-        "setup_context": staticmethod(lambda ctx, inputs, output: setup_context(ctx, inputs, output)),
+def _eager_autograd(kernel, setup_context, backward):
+    """`apply` of an autograd.Function running `kernel` (what a custom op wraps) with the op's backward: for eager calls
+    that only autograd must record (no torch.compile, torch mode, functorch transform or tensor subclass: those take
+    the op, `route`). It skips the dispatcher and torch.library's generated autograd wrapper. The Function saves its
+    context in forward and is applied through the C base's apply: `Function.apply`'s per-call signature binding
+    (inspect.signature) and functorch unwrapping serve calls this route never takes."""
+
+    def forward(ctx, *args):
+        out = kernel(*args)
+        setup_context(ctx, args, out)
+        return out
+
+    eager = type("Eager", (torch.autograd.Function,), {
+        "forward": staticmethod(forward),
         "backward": staticmethod(lambda ctx, grad: backward(ctx, grad)),
     })
-
-
-def _eager_autograd(kernel, setup_context, backward):
-    """An autograd.Function running `kernel` (what a custom op wraps) with the op's backward: for eager calls that
-    only autograd must record (no torch.compile, torch mode, functorch transform or tensor subclass, which need the
-    op). It skips the dispatcher and torch.library's generated autograd wrapper; the backward is the op's."""
-    return _function("Eager", kernel, setup_context, backward).apply
+    return super(torch.autograd.Function, eager).apply
 
 
 def _with_functorch_twin(op, setup_context, backward):
     """A caller of custom op `op`: the op itself, or under a torch.func transform (grad, vjp, vmap, ...) an
     autograd.Function that runs it with the same backward (torch.library's generated autograd does not run under
     those transforms; vmap of it loops over the batch, torch's fallback for the custom op)."""
-    twin = _function("Twin", op, setup_context, backward, vmap=True)
+    twin = type("Twin", (torch.autograd.Function,), {
+        "generate_vmap_rule": True,
+        "forward": staticmethod(lambda *args: op(*args)),
+        "setup_context": staticmethod(lambda ctx, inputs, output: setup_context(ctx, inputs, output)),
+        "backward": staticmethod(lambda ctx, grad: backward(ctx, grad)),
+    })
 
     def call(*args) -> torch.Tensor:
         if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
