@@ -23,12 +23,13 @@ from smgemm.plan import (
 
 H200 = dataclasses.replace(INTERPRETER_SPEC, name="fake H200", interpreted=False)
 SMALL_GPU = DeviceSpec(name="fake 20-SM GPU", num_sms=20, smem_per_block=101376, capability=(8, 6))
+SMEM_64K = DeviceSpec(name="fake 64 KB GPU", num_sms=40, smem_per_block=65536, capability=(7, 5))
 
 dims = st.integers(min_value=1, max_value=70_000)
 
 
 @settings(max_examples=300, deadline=None)
-@given(m=dims, n=dims, k=dims, dtype=st.sampled_from(INPUT_DTYPES), spec=st.sampled_from([H200, SMALL_GPU]),
+@given(m=dims, n=dims, k=dims, dtype=st.sampled_from(INPUT_DTYPES), spec=st.sampled_from([H200, SMALL_GPU, SMEM_64K]),
        schedule=st.sampled_from(SCHEDULES), num_sms=st.none() | st.integers(1, 400))
 def test_grid_respects_budget_and_config_fits(m, n, k, dtype, spec, schedule, num_sms):
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms)
@@ -478,3 +479,6 @@ def test_tiles_above_m_64_have_at_least_64_rows():
                 assert make_plan(m, n, k, dtype, H200, num_sms=num_sms).config.block_m >= 64, (m, n, k, dtype)
     assert make_plan(32, 4096, 4096, torch.bfloat16, H200).config.block_m == 32
     assert make_plan(48, 4096, 4096, torch.bfloat16, H200).config.block_m == 64
+    # Where no 64-row tile fits its shared memory (64 KB a block: 128 x 128 elements of 2 bytes a stage, two stages
+    # beside the reserve), 32-row ones run.
+    assert make_plan(100, 4096, 4096, torch.float16, SMEM_64K).config.block_m == 32

@@ -353,6 +353,7 @@ def choose_config(
     one_row: bool = True,
     fma: bool = False,
     batch: int = 1,
+    wide_rows: bool = True,
 ) -> tuple[TileConfig, str, int]:
     """The tile configuration, schedule (one of `schedules`) and Stream-K split (`streamk_split`'s `waves`) the
     model above predicts fastest on `budget` SMs.
@@ -362,7 +363,10 @@ def choose_config(
     the 32 x 64 tiles the model preferred and 14.3 on 64 x 64 ones.
 
     `fma`: fp32 operands multiplied in full precision (no TF32), which Triton computes with FMA instructions, not
-    tensor cores: tiles of at most 128 x 128, through pointers (`_FMA_MAX_TILE`)."""
+    tensor cores: tiles of at most 128 x 128, through pointers (`_FMA_MAX_TILE`).
+
+    `wide_rows`: above M = 64, 16-bit tiles of fewer than 64 rows are candidates only where no tile of 64 rows or
+    more fits in shared memory (`_MIN_ROWS_ABOVE_STREAMING`)."""
     elem = element_bytes(dtype)
     skinny = _STREAMING_MAX_M < m <= _SKINNY_MAX_M
     max_m, max_n = max(16, _next_pow2(m)), max(32, _next_pow2(n))
@@ -371,7 +375,8 @@ def choose_config(
     for bm, bn, warps in _CANDIDATE_TILES:
         if bm > max_m or bn > max_n or (one_row and bm < max_m) or (fma and bm * bn > _FMA_MAX_TILE):
             continue
-        if m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 and not fma:
+        if wide_rows and m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 \
+                and not fma:
             continue
         if skinny and bm * bn == 128 * 128 and not fma:
             continue
@@ -411,6 +416,8 @@ def choose_config(
             cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec, waves, batch) * factor
             if cost < best_cost:
                 best, best_cost = (chosen, schedule, waves), cost
+    if best is None and wide_rows and m > _STREAMING_MAX_M:  # no 64-row tile fits (a small shared memory)
+        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row, fma, batch, wide_rows=False)
     if best is None and one_row:  # no tile of max_m rows fits (e.g. N < 64 for M = 17..32): any rows
         return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False, fma=fma, batch=batch)
     if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
