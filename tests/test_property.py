@@ -159,3 +159,66 @@ def test_every_accepted_batched_gemm_is_right(device):
 
     check()
     print(f"\n{len(checked)} batched GEMMs checked against float64 on {device}")
+
+
+def _sum_bound(terms: torch.Tensor, shape: torch.Size, count: int, dtype: torch.dtype) -> torch.Tensor:
+    """Error bound of summing `count` terms per element into `shape` with fp32 accumulation, then rounding to
+    `dtype`: count * u32 + u_dtype of the terms' absolute sum, plus a subnormal step."""
+    u = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}[dtype]
+    return terms.abs().sum_to_size(shape) * (count * 2.0**-24 + u) + 2.0**-24
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_every_gradient_is_right(device):
+    """The gradients of matmul / addmm / linear, eager under autograd (`_library.route`; the second of two identical
+    calls, so a remembered one), against float64 products of the same operands: dA = alpha * dD @ B^T,
+    dB = alpha * A^T @ dD, dC = beta * dD summed over C's broadcast dims."""
+    checked = []
+
+    @settings(max_examples=max(1, _EXAMPLES // 3), deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(st.data())
+    def check(data):
+        draw = data.draw
+        dtype = draw(st.sampled_from(DTYPES[:3]))
+        m, n, k = (draw(st.integers(1, _MAX_DIM // 2)) for _ in range(3))
+        # Each operand view is a leaf of its own (its base does not require grad): its .grad is what the GEMM's
+        # backward returns for it.
+        a = _operand(draw, m, k, dtype, device, expand_dim=0).requires_grad_()
+        b = _operand(draw, k, n, dtype, device, expand_dim=1).requires_grad_()
+        entry = draw(st.sampled_from(["matmul", "addmm", "linear"]))
+        kwargs = {"schedule": draw(st.sampled_from([None, *smgemm.SCHEDULES])),
+                  "num_sms": draw(st.sampled_from([None, 1, 3, 7, 132]))}
+        c, alpha, beta = None, 1.0, 1.0
+        if entry != "matmul":
+            shapes = [(n,), (m, n), (1, n)] + ([(m, 1), ()] if entry == "addmm" else [])
+            c = torch.randn(draw(st.sampled_from(shapes)), device=device).to(dtype).requires_grad_()
+        if entry == "addmm":
+            alpha, beta = draw(st.sampled_from([1.0, -0.5, 0.0])), draw(st.sampled_from([1.0, 0.0, 0.25]))
+        note(f"{entry} {dtype} a {tuple(a.shape)} {a.stride()} neg={a.is_neg()}, b {tuple(b.shape)} {b.stride()} "
+             f"neg={b.is_neg()}, "
+             f"c {None if c is None else tuple(c.shape)}, alpha={alpha}, beta={beta}, {kwargs}")
+
+        def call():
+            if entry == "matmul":
+                return smgemm.matmul(a, b, **kwargs)
+            if entry == "addmm":
+                return smgemm.addmm(c, a, b, alpha=alpha, beta=beta, **kwargs)
+            return smgemm.linear(a, b.t(), c, **kwargs)
+
+        call()
+        y = call()
+        g = torch.randn(m, n, device=device).to(dtype)
+        y.backward(g)
+        a_, b_ = a.detach().resolve_neg(), b.detach().resolve_neg()
+        assert_gemm_close(a.grad, g, b_.t(), alpha=alpha)
+        assert_gemm_close(b.grad, a_.t(), g, alpha=alpha)
+        if c is not None:
+            terms = g.double() * beta
+            want = terms.sum_to_size(c.shape)
+            assert c.grad.dtype == c.dtype and not c.grad.isnan().any()
+            assert ((c.grad.double() - want).abs() <= _sum_bound(terms, c.shape, m * n, dtype)).all()
+        checked.append(entry)
+
+    check()
+    print(f"\n{len(checked)} gradients checked against float64 on {device}")
