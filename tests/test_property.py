@@ -1,4 +1,5 @@
-"""Property: every GEMM smgemm accepts is computed right, whatever the shapes, views, dtypes, schedule and budget.
+"""Property: every GEMM smgemm accepts is computed right, and so are its gradients, whatever the shapes, views, dtypes,
+schedule and budget.
 
 Hypothesis draws the problem; the result is compared with a float64 reference element by element
 (`reference.assert_gemm_close`, bounds from the dtypes and K). Operands come as contiguous tensors, transposed
