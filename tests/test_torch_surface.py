@@ -120,9 +120,10 @@ def test_flop_counter_counts_smgemm(device):
 
 
 def test_eager_autograd_skips_the_dispatcher_with_the_ops_gradients(device):
-    """An eager call that only autograd must record runs the kernel under an autograd.Function, with the
-    custom op's backward (`_library.route`): the same output and gradients as the op's own autograd, and the op still
-    where a mode is active (FlopCounterMode above counts the forward and both gradients through it)."""
+    """An eager call that only autograd must record (dense, batched, MXFP4) runs the kernel under an
+    autograd.Function, with the custom op's backward (`_library.route`): the same output and gradients as the op's
+    own autograd, and the op still where a mode is active (FlopCounterMode above counts the forward and both
+    gradients through it)."""
     from smgemm import _library
 
     x = randn((24, 40), torch.float16, device).requires_grad_()
@@ -144,6 +145,12 @@ def test_eager_autograd_skips_the_dispatcher_with_the_ops_gradients(device):
     assert torch.equal(y, y_op)
     for got, want in zip(grads, (x.grad, w.grad, bias.grad)):
         assert torch.equal(got, want)
+    a3 = randn((2, 8, 40), torch.float16, device).requires_grad_()
+    assert type(smgemm.bmm(a3, randn((2, 40, 8), torch.float16, device)).grad_fn).__name__ == "EagerBackward"
+    w4 = smgemm.quantize_mxfp4(torch.randn(16, 64)).to(device)
+    x4 = randn((8, 64), torch.bfloat16, device).requires_grad_()
+    y4 = smgemm.linear(x4, w4).grad_fn  # a view of the product's output ([..., N])
+    assert type(y4.next_functions[0][0]).__name__ == "EagerBackward"
     bad = randn((41, 8), torch.float16, device)
     with pytest.raises(ValueError) as with_grad:
         smgemm.matmul(x, bad)
@@ -154,17 +161,26 @@ def test_eager_autograd_skips_the_dispatcher_with_the_ops_gradients(device):
 
 def test_double_backward_through_the_eager_autograd_path(device):
     """A gradient of a gradient (create_graph): the backward's products then run under autograd themselves
-    (`_library._product`). fp32 without TF32 (FMA): within fp32 rounding of float64 torch."""
+    (`_library._product`). The same values, bit for bit, as through the custom op's autograd (the same kernels on
+    the same operands); fp32 without TF32 (FMA), so also within 1e-4 of float64 torch (chained products of K = 16)."""
+    from smgemm import _library
+
     x = torch.randn(8, 16, device=device, requires_grad=True)
     w = torch.nn.Parameter(torch.randn(4, 16, device=device))
-    (gx,) = torch.autograd.grad(smgemm.linear(x, w).pow(2).sum(), x, create_graph=True)
-    gx.pow(2).sum().backward()
+    results = []
+    for forward in (lambda: smgemm.linear(x, w),
+                    lambda: _library.call_gemm(x, w.t(), None, 1.0, 1.0, None, None, None, "auto", None)):
+        x.grad = w.grad = None
+        (gx,) = torch.autograd.grad(forward().pow(2).sum(), x, create_graph=True)
+        gx.pow(2).sum().backward()
+        results.append((gx.detach(), w.grad.clone(), x.grad.clone()))
+    for ours, op in zip(*results):
+        assert torch.equal(ours, op)
     x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     (gx64,) = torch.autograd.grad(F.linear(x64, w64).pow(2).sum(), x64, create_graph=True)
     gx64.pow(2).sum().backward()
-    torch.testing.assert_close(gx.double(), gx64, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-4)
+    for got, want in zip(results[0], (gx64, w64.grad, x64.grad)):
+        torch.testing.assert_close(got.double(), want.detach(), rtol=1e-4, atol=1e-4)
 
 
 def test_fake_and_meta_tensors_get_shapes():

@@ -164,16 +164,18 @@ def _product_like(like: torch.Tensor, x: torch.Tensor, y: torch.Tensor, alpha: f
     return _product(x, y, alpha, like.dtype, schedule, num_sms)
 
 
+def _routed(tensors: tuple, kernel, autograd, op, *args) -> torch.Tensor:
+    """`args` run where `route` sends `tensors`: `kernel` directly, under `autograd` (an `_eager_autograd`), or
+    through `op` (a custom op's caller, which a torch mode sees: FlopCounterMode counts a backward's products)."""
+    where = route(*tensors)
+    return (kernel if where == KERNEL else autograd if where == AUTOGRAD else op)(*args)
+
+
 def _product(x: torch.Tensor, y: torch.Tensor, alpha: float, out_dtype: torch.dtype, schedule: str,
              num_sms: int | None) -> torch.Tensor:
-    """alpha * x @ y for a backward, where `route` sends it: the kernel directly (no torch mode, no grad of the
-    gradient), under `autograd_gemm` (double backward), or through the op (FlopCounterMode counts it there)."""
-    where = route(x, y)
-    if where == KERNEL:
-        return _gemm_kernel(x, y, None, alpha, 0.0, out_dtype, None, None, schedule, num_sms)
-    if where == AUTOGRAD:
-        return autograd_gemm(x, y, None, alpha, 0.0, out_dtype, None, None, schedule, num_sms)
-    return call_gemm(x, y, None, alpha, 0.0, out_dtype, None, None, schedule, num_sms)
+    """alpha * x @ y for a backward, routed (`_routed`; under autograd only for a double backward)."""
+    return _routed((x, y), _gemm_kernel, autograd_gemm, call_gemm, x, y, None, alpha, 0.0, out_dtype, None, None,
+                   schedule, num_sms)
 
 
 def _grad_c(ctx, grad: torch.Tensor) -> torch.Tensor:
@@ -223,6 +225,13 @@ def gemm_mxfp4_op(
 ) -> torch.Tensor:
     """alpha * a @ w.T + beta * c; w an MXFP4 [N, K] weight (data, scales, byte layout); a bf16/fp16, or MXFP4 with
     a_scales (and a_layout)."""
+    return _mxfp4_kernel(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout,
+                         w_layout)
+
+
+def _mxfp4_kernel(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout="ocp",
+                  w_layout="ocp"):
+    """What smgemm::gemm_mxfp4 computes (`gemm_mxfp4_op`, `autograd_gemm_mxfp4`)."""
     a_op = MXFP4Tensor(a, a_scales, a_layout) if a_scales is not None else a
     return gemm_mxfp4(a_op, MXFP4Tensor(w_data, w_scales, w_layout), c=c, alpha=alpha, beta=beta,
                       out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
@@ -262,6 +271,7 @@ def _mx_backward(ctx, grad):
 
 
 gemm_mxfp4_op.register_autograd(_mx_backward, setup_context=_mx_setup_context)
+autograd_gemm_mxfp4 = _eager_autograd(_mxfp4_kernel, _mx_setup_context, _mx_backward)
 
 
 @torch.library.custom_op("smgemm::bmm", mutates_args=())
@@ -276,6 +286,11 @@ def bmm_op(
     num_sms: int | None,
 ) -> torch.Tensor:
     """alpha * a[i] @ b[i] + beta * c[i], a [B, M, K], b [B, K, N], c broadcastable to [B, M, N]; one launch."""
+    return _bmm_kernel(a, b, c, alpha, beta, out_dtype, schedule, num_sms)
+
+
+def _bmm_kernel(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
+    """What smgemm::bmm computes (`bmm_op`, `autograd_bmm`)."""
     check_batched_dims(a, b)
     return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
 
@@ -299,10 +314,8 @@ def _bmm_backward(ctx, grad):
     a, b = ctx.saved_tensors
     need_a, need_b, need_c = ctx.needs_input_grad[:3]
     g = grad if grad.dtype == a.dtype else grad.to(a.dtype)
-    grad_a = call_bmm(g, b.transpose(1, 2), None, ctx.alpha, 0.0, a.dtype, ctx.schedule, ctx.num_sms) if need_a \
-        else None
-    grad_b = call_bmm(a.transpose(1, 2), g, None, ctx.alpha, 0.0, b.dtype, ctx.schedule, ctx.num_sms) if need_b \
-        else None
+    grad_a = _batched_product(g, b.transpose(1, 2), ctx.alpha, a.dtype, ctx.schedule, ctx.num_sms) if need_a else None
+    grad_b = _batched_product(a.transpose(1, 2), g, ctx.alpha, b.dtype, ctx.schedule, ctx.num_sms) if need_b else None
     grad_c = _grad_c(ctx, grad) if need_c else None
     return grad_a, grad_b, grad_c, None, None, None, None, None
 
@@ -311,6 +324,13 @@ bmm_op.register_autograd(_bmm_backward, setup_context=_bmm_setup_context)
 
 
 call_bmm = _with_functorch_twin(bmm_op, _bmm_setup_context, _bmm_backward)
+autograd_bmm = _eager_autograd(_bmm_kernel, _bmm_setup_context, _bmm_backward)
+
+
+def _batched_product(x: torch.Tensor, y: torch.Tensor, alpha: float, out_dtype: torch.dtype, schedule: str,
+                     num_sms: int | None) -> torch.Tensor:
+    """alpha * x[i] @ y[i] for a backward, routed (`_routed`)."""
+    return _routed((x, y), _bmm_kernel, autograd_bmm, call_bmm, x, y, None, alpha, 0.0, out_dtype, schedule, num_sms)
 
 
 # FLOP counts for torch.utils.flop_counter.FlopCounterMode (MFU tools): 2 * M * N * K per product, as for aten.mm.

@@ -89,8 +89,8 @@ def _tracked(*tensors) -> bool:
 
 
 def _via_dispatcher(*tensors) -> bool:
-    """Whether a call must go through the custom op rather than straight to the kernel (`_library.route`): a call
-    autograd must record counts, for the operations with no autograd.Function of their own (MXFP4, batched, out=)."""
+    """Whether a call must not go straight to the kernel (`_library.route`): for out= (which autograd cannot record
+    and only the custom op traces) and linear's repeat-call entry."""
     return route(*tensors) != KERNEL
 
 
@@ -172,11 +172,16 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
         raise ValueError("x must be a tensor of shape [..., K] (or an MXFP4Tensor)")
     bias = _bias_2d(bias, lead, w.shape[0])
     x2, bias = _autocast(x2, bias)
-    if _via_dispatcher(x2, bias):
-        check_mxfp4(x2, w, bias, 1.0, None, out_dtype)  # as the eager path does, before the op
+    where = route(x2, bias)
+    if where != KERNEL:
         a, a_scales = (x2.data, x2.scales) if isinstance(x2, MXFP4Tensor) else (x2, None)
-        y = _library.gemm_mxfp4_op(a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms,
-                                   x2.layout if isinstance(x2, MXFP4Tensor) else "ocp", w.layout)
+        args = (a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms,
+                x2.layout if isinstance(x2, MXFP4Tensor) else "ocp", w.layout)
+        if where == OP:
+            check_mxfp4(x2, w, bias, 1.0, None, out_dtype)  # as the eager path does, before the op
+            y = _library.gemm_mxfp4_op(*args)
+        else:
+            y = _library.autograd_gemm_mxfp4(*args)
     else:
         y = repeat_call("gemm_mxfp4", x2, w, bias, 1.0, 1.0, out_dtype, None, None, schedule, num_sms)
         if y is None:
@@ -304,9 +309,12 @@ def _run_batched(a, b, *, c=None, alpha=1.0, beta=1.0, out=None, out_dtype=None,
             raise RuntimeError("smgemm.bmm / baddbmm with out= run eagerly only (not traced, not under torch modes)")
         return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, schedule=schedule,
                     num_sms=num_sms)
-    if _via_dispatcher(a, b, c):
+    where = route(a, b, c)
+    if where == OP:
         check_bmm(a, b, c, beta, None, out_dtype)  # as the eager path does, before the op
         return _library.call_bmm(a, b, c, float(alpha), float(beta), out_dtype, schedule, num_sms)
+    if where == AUTOGRAD:
+        return _library.autograd_bmm(a, b, c, float(alpha), float(beta), out_dtype, schedule, num_sms)
     return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
 
 
