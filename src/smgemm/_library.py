@@ -2,15 +2,16 @@
 
 They are what `torch.compile` traces (an opaque op with a fake implementation: no graph break, dynamic M),
 what autograd differentiates, and what CUDA graphs capture. Eager calls that no torch subsystem must see skip the
-dispatcher (`route`): they call `gemm` directly, ~10 us less host time, or, where autograd must record them (dense
-products), `autograd_gemm`, the same kernel under an autograd.Function with the op's backward (a linear's forward
-with a grad-requiring weight, the launch stubbed on the CPU: 39 against 90 us through the op). A backward's products
-are routed the same way (`_product`).
+dispatcher (`route`): they call `gemm` directly, ~10 us less host time, or, where autograd must record them,
+`autograd_gemm` / `autograd_bmm` / `autograd_gemm_mxfp4`, the same kernel under an autograd.Function with the op's
+backward (a linear's forward with a grad-requiring weight, the launch stubbed on the CPU: 39 against 90 us through the
+op). A backward's products are routed the same way (`_routed`).
 
     smgemm::gemm(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms) -> Tensor
     smgemm::gemm_out(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, out!) -> ()
     smgemm::gemm_mxfp4(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout,
                        w_layout) -> Tensor
+    smgemm::bmm(a, b, c, alpha, beta, out_dtype, schedule, num_sms) -> Tensor
 
 Backward: for D = alpha * A @ B + beta * C, dA = alpha * dD @ B^T and dB = alpha * A^T @ dD, each computed by the
 same kernel on transposed *views* and laid out like the input it is the gradient of (a column-major B, such as
