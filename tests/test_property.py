@@ -24,6 +24,9 @@ _EXAMPLES = int(os.environ.get("SMGEMM_PROPERTY_EXAMPLES", "0")) or (200 if torc
 _MAX_DIM = 700 if torch.cuda.is_available() else 72
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn]
 VIEWS = ["contiguous", "transposed", "sliced", "expanded", "negative"]
+# The batched and gradient properties: a third of the examples each.
+_A_THIRD = settings(max_examples=max(1, _EXAMPLES // 3), deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def _operand(draw, rows: int, cols: int, dtype: torch.dtype, device: str, expand_dim: int) -> torch.Tensor:
@@ -133,8 +136,7 @@ def _batched_operand(draw, batch: int, rows: int, cols: int, dtype: torch.dtype,
 def test_every_accepted_batched_gemm_is_right(device):
     checked = []
 
-    @settings(max_examples=max(1, _EXAMPLES // 3), deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @_A_THIRD
     @given(st.data())
     def check(data):
         draw = data.draw
@@ -176,8 +178,7 @@ def test_every_gradient_is_right(device):
     dB = alpha * A^T @ dD, dC = beta * dD summed over C's broadcast dims."""
     checked = []
 
-    @settings(max_examples=max(1, _EXAMPLES // 3), deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @_A_THIRD
     @given(st.data())
     def check(data):
         draw = data.draw
