@@ -129,6 +129,10 @@ _FMA_MAX_TILE = 128 * 128
 # in two runs on the H200 (docs/performance.md). Stream-K keeps 128-byte steps, which its deeper few-tile
 # pipeline (_deep_streamk) was measured with.
 _LONG_STEP_BYTES = 256
+# ... unless they pad K by more than this factor over the shorter steps (K = 160: 256 against 192), which costs more
+# than the longer steps gain (an experiment: 1024 x 1024 x 160 ran 7.7 us on the 128 x 128 x 64 TMA tiles the model
+# took over 128 x 64 x 128 ones, 4.4 on 64 x 128 x 64 pointer tiles; torch 4.1).
+_LONG_STEP_PADDING = 1.1
 # Batched products on 128 x 128 Hopper-path tiles take the same 256-byte K steps (3 stages fit): on the H200
 # (benchmarks/sweep_configs.py, batched shapes) 32 x 2048 x 128 x 2048 ran 83.6 -> 80.7 us and 8 x 4096 x 128 x 4096
 # 79.9 -> 76.7 (0.96 -> 0.99x and 0.94 -> 0.98x of torch.bmm), MoE-like 64 x 256 x {1408, 4096} x {4096, 1408} within
@@ -209,6 +213,11 @@ def element_bytes(dtype: torch.dtype) -> int:
 def min_block_k(dtype: torch.dtype) -> int:
     """The smallest K a tensor-core dot takes for `dtype` on Hopper (fp8: 32, else 16)."""
     return 32 if element_bytes(dtype) == 1 else 16
+
+
+def _padded_k(k: int, block_k: int) -> int:
+    """K rounded up to whole steps of `block_k`: what a tile's K loop computes."""
+    return math.ceil(k / block_k) * block_k
 
 
 def _next_pow2(x: int) -> int:
@@ -408,7 +417,8 @@ def choose_config(
                 continue
             chosen, factor = cfg, 1.0
             if schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
-                    and fit * block_k * elem >= stages * _LONG_STEP_BYTES:
+                    and fit * block_k * elem >= stages * _LONG_STEP_BYTES \
+                    and _padded_k(k, _LONG_STEP_BYTES // elem) <= _LONG_STEP_PADDING * _padded_k(k, block_k):
                 chosen = dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem)
             deep = fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget, spec.rates, batch)
             if schedule == "streamk" and deep:
