@@ -130,8 +130,9 @@ _FMA_MAX_TILE = 128 * 128
 # pipeline (_deep_streamk) was measured with.
 _LONG_STEP_BYTES = 256
 # ... unless they pad K by more than this factor over the shorter steps (K = 160: 256 against 192), which costs more
-# than the longer steps gain (an experiment: 1024 x 1024 x 160 ran 7.7 us on the 128 x 128 x 64 TMA tiles the model
-# took over 128 x 64 x 128 ones, 4.4 on 64 x 128 x 64 pointer tiles; torch 4.1).
+# than the longer steps gain: on the H200 (benchmarks/sweep_configs.py, bf16, the planner with and without the rule in
+# one run) the 10 problems of K 136-437 whose pick changed all ran faster, 1024 x 1024 x 160 7.8 -> 4.8 us (torch 4.1),
+# 567 x 1113 x 143 11.0 -> 6.3, 943 x 463 x 437 10.0 -> 9.2 (docs/performance.md).
 _LONG_STEP_PADDING = 1.1
 # Batched products on 128 x 128 Hopper-path tiles take the same 256-byte K steps (3 stages fit): on the H200
 # (benchmarks/sweep_configs.py, batched shapes) 32 x 2048 x 128 x 2048 ran 83.6 -> 80.7 us and 8 x 4096 x 128 x 4096
