@@ -65,7 +65,8 @@ def main():
             return rel_err(fn(*ours[0]), ref), time_rotating(fn, ours)
 
         expand = {"on": True, "off": False}.get(args.expand, mx_expands(m, n, k, args.both))
-        label = describe_mx(m, n, k, spec, expand, args.num_sms, args.layout) + f" (planner, expand {args.expand})"
+        label = describe_mx(m, n, k, spec, expand, args.num_sms, args.layout, args.both) + \
+            f" (planner, expand {args.expand})"
         rows += sweep_shape(shape, 2 * m * n * k, label, args.variants, run,
                             time_rotating(torch.matmul, peer))
         del sets, ours, peer

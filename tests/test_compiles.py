@@ -25,6 +25,9 @@ VARIANTS = [
     ((128, 256, 32), 8, 2, dict(dtype="fp32", out="fp32", c="fp32", has_c=True, tma=True, flatten=True,
                                 tma_store=True)),  # a 4-byte C matrix, read in column halves
     ((16, 64, 256), 4, 3, dict(use_int64=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
+    # decode of a "hopper" weight up to M = 8: 8-row activation tiles on mma.sync, the activations in word order
+    ((8, 64, 256), 4, 4, dict(b_mx=True, mx_swap=True, mx_layout="hopper", streamk=True)),
+    ((8, 64, 256), 4, 4, dict(use_int64=True, k_tail=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
     ((64, 64, 64), 4, 3, dict(use_int64=True, k_tail=True, unaligned=True)),
     # "hopper" MXFP4 weights: the tiles of the largest weights at M <= 32; beyond them the swapped 128-row tiles, the
     # dense model's tile (plan.hopper_steps) and the 256 x 128 one

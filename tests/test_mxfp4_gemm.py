@@ -75,19 +75,20 @@ def test_kernel_variants(swap, prefetch, both, device):
     assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
-@pytest.mark.parametrize("m", [1, 16, 40, 128, 300])
+@pytest.mark.parametrize("m", [1, 8, 16, 40, 128, 300])
 @pytest.mark.parametrize("schedule,num_sms", [("auto", None), ("data_parallel", None), ("streamk", 3)])
 def test_hopper_layout_weight(m, schedule, num_sms, device):
-    """A weight in the 'hopper' byte layout through the planner's tiles (swapped, register-operand path on the GPU;
-    at M = 128 the dense model's tiles, at 300 the 256 x 128 ones): K with a tail of whole 128-element groups, N past
-    the tile, bias and alpha; MXFP4 activations too (a hopper weight with ocp activations and the reverse)."""
+    """A weight in the 'hopper' byte layout through the planner's tiles (swapped; up to M = 8 8-row tiles on
+    mma.sync with the activations in the words' order, to M = 64 the wgmma's register operand on the GPU; at M = 128
+    the dense model's tiles, at 300 the 256 x 128 ones): K with a tail of whole 128-element groups, N past the tile,
+    bias and alpha; MXFP4 activations too (a hopper weight with ocp activations and the reverse)."""
     n, k = (130 if m > 256 else 70), 384  # 256-element K steps: one full step and a masked half step
     x = randn((m, k), torch.bfloat16, device)
     w = _weight(n, k, device).to_layout("hopper")
     bias = randn((n,), torch.bfloat16, device)
     out = gemm_mxfp4(x, w, c=bias, alpha=0.5, schedule=schedule, num_sms=num_sms)
     assert_gemm_close(out, x, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
-    if m == 16:
+    if m in (8, 16):
         xq = quantize_mxfp4(x.float(), layout="hopper")
         for a, b in ((xq, w), (xq, w.to_layout("ocp")), (xq.to_layout("ocp"), w)):
             got = gemm_mxfp4(a, b, schedule=schedule, num_sms=num_sms)
@@ -238,6 +239,7 @@ def test_nan_scale_block_gives_nan(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", [None, TileConfig(16, 64, 256, num_warps=4, num_stages=4),
+                                    TileConfig(8, 64, 256, num_warps=4, num_stages=4, mx_swap=True),
                                     TileConfig(256, 128, 64, num_warps=8, num_stages=3, mx_swap=True),
                                     TileConfig(128, 128, 64, num_warps=8, num_stages=3, mx_swap=True, mx_prefetch=True),
                                     TileConfig(64, 64, 128), mx_config(32, 4096, 4096),
@@ -267,10 +269,12 @@ def test_every_code_and_scale_is_exact_on_gpu(config, layout, largest):
     torch.testing.assert_close(out[:, :len(finite)], ref[:, :len(finite)], rtol=0, atol=0)
     # Scales 2^126, 2^127 overflow some values to inf (and 0 * inf makes the whole column NaN); 255 is NaN.
     assert not out[:, len(finite):].isfinite().any() and not ref[:, len(finite):].isfinite().all(dim=0).any()
-    if largest == 128:  # also through the decode plan's own tiles (16 x 64, folded) on a wider weight
+    if largest == 128:  # also through the decode plans' own tiles (16 x 64; 8 x 64 for a hopper weight at M <= 8;
+        # folded) on a wider weight
         wide = MXFP4Tensor(data.repeat(8, 1)[:128], w.to_layout("ocp").scales.repeat(8, 1)[:128]).to_layout(layout)
-        got = gemm_mxfp4(eye[:16], wide, out_dtype=torch.float32)
-        torch.testing.assert_close(got, wide.dequantize(torch.float32)[:, :16].t(), rtol=0, atol=0)
+        for rows in (16, 8, 3):
+            got = gemm_mxfp4(eye[:rows], wide, out_dtype=torch.float32)
+            torch.testing.assert_close(got, wide.dequantize(torch.float32)[:, :rows].t(), rtol=0, atol=0)
 
 
 @pytest.mark.gpu

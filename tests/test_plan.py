@@ -325,12 +325,35 @@ def test_mxfp4_decode_runs_one_program_per_tile_when_tiles_fill_the_device():
     assert make_mx_plan(4096, 4096, 4096, torch.bfloat16, H200).config == mx_config(4096, 4096, 4096)
 
 
+def test_hopper_decode_with_bf16_activations_runs_eight_row_tiles():
+    """Up to M = 8 a "hopper" weight with bf16 activations takes 8 x 64 swapped tiles (mma.sync on the expanded words
+    as loaded: plan._MX_WORDS_MAX_M), scheduled as the decode tiles; M = 9, fp16 or MXFP4 activations and the "ocp"
+    layout keep 16-row tiles. Only swapped tiles may have 8 rows."""
+    for m in (1, 5, 8):
+        for n, k in ((14336, 4096), (4096, 14336), (128256, 4096), (1024, 128)):
+            for num_sms in (None, 66):
+                plan = make_mx_plan(m, n, k, torch.bfloat16, H200, layout="hopper", num_sms=num_sms)
+                cfg = plan.config
+                assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.mx_swap) == (8, 64, min(256, k), True), (m, n, k)
+                assert plan.num_programs <= (num_sms or 2 * H200.num_sms) or plan.schedule == "data_parallel"
+    assert make_mx_plan(1, 14336, 4096, torch.bfloat16, H200, layout="hopper").schedule == "data_parallel"
+    assert make_mx_plan(1, 4096, 14336, torch.bfloat16, H200, layout="hopper").schedule == "streamk"
+    for plan in (make_mx_plan(9, 14336, 4096, torch.bfloat16, H200, layout="hopper"),
+                 make_mx_plan(1, 14336, 4096, torch.float16, H200, layout="hopper"),
+                 make_mx_plan(1, 14336, 4096, torch.bfloat16, H200, layout="hopper", a_mx=True),
+                 make_mx_plan(1, 14336, 4096, torch.bfloat16, H200)):
+        assert plan.config.block_m == 16
+    with pytest.raises(ValueError, match="block_m must be a power of two >= 16"):
+        TileConfig(8, 64, 256)
+    assert TileConfig(8, 64, 256, mx_swap=True).block_m == 8
+
+
 @pytest.mark.parametrize("schedule,num_sms", [("auto", None), ("persistent", None), ("streamk", 100)])
 def test_hopper_weight_plans_read_whole_groups_in_tiles_that_compile(schedule, num_sms):
     """A "hopper" MXFP4 weight is read in whole 128-element groups, so every fused plan takes K steps of 128 or
     more, and the dense model's 128 x 256 and 64 x 128 tiles (which do not compile reading it) become 128 x 128 and
     64 x 64 (plan.hopper_steps); tests/test_compiles.py compiles the tiles this leaves for sm_90."""
-    for m in (1, 16, 17, 64, 65, 96, 128, 129, 200, 256, 384, 511):
+    for m in (1, 8, 9, 16, 17, 64, 65, 96, 128, 129, 200, 256, 384, 511):
         for n, k in ((1024, 4096), (4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096), (130, 384)):
             if mx_expands(m, n, k, a_mx=False):
                 continue
@@ -385,12 +408,13 @@ def test_rates_of_other_devices_follow_their_memory_bandwidth():
 
 
 def test_mxfp4_hopper_layout_plans():
-    """A 'hopper' weight: swapped 64-row tiles (the register-operand path) up to M = 64; 512-deep K steps for
-    data-parallel decode, 256 with 4 stages where Stream-K splits; K steps of at least 128 everywhere."""
-    plan = make_mx_plan(1, 14336, 4096, torch.bfloat16, H200, layout="hopper")
+    """A 'hopper' weight: swapped 64-row tiles (the register-operand path) up to M = 64 (8-row activation tiles up
+    to M = 8: test_hopper_decode_with_bf16_activations_runs_eight_row_tiles); 512-deep K steps for data-parallel
+    decode at M = 9-16, 256 with 4 stages where Stream-K splits; K steps of at least 128 everywhere."""
+    plan = make_mx_plan(16, 14336, 4096, torch.bfloat16, H200, layout="hopper")
     assert plan.schedule == "data_parallel" and plan.num_programs == 224
     assert (plan.config.block_m, plan.config.block_n, plan.config.block_k, plan.config.mx_swap) == (16, 64, 512, True)
-    plan = make_mx_plan(1, 4096, 4096, torch.bfloat16, H200, layout="hopper")  # 64 tiles: no 16 x 32 narrowing
+    plan = make_mx_plan(16, 4096, 4096, torch.bfloat16, H200, layout="hopper")  # 64 tiles: no 16 x 32 narrowing
     assert plan.schedule == "streamk" and plan.config.block_n == 64
     assert (plan.config.block_k, plan.config.num_stages) == (256, 4)
     assert H200.num_sms < plan.num_programs <= 2 * H200.num_sms  # split on the whole device: two programs per SM
@@ -402,16 +426,16 @@ def test_mxfp4_hopper_layout_plans():
     forced = make_mx_plan(8, 64, 4096, torch.bfloat16, H200, config=TileConfig(16, 32, 64), layout="hopper")
     assert forced.config.block_k == 128
     assert make_mx_plan(300, 4096, 4096, torch.bfloat16, H200, layout="hopper").config.block_k >= 128
-    near = make_mx_plan(1, 8192, 8192, torch.bfloat16, H200, layout="hopper")  # 128 tiles: split, 2 per SM
+    near = make_mx_plan(16, 8192, 8192, torch.bfloat16, H200, layout="hopper")  # 128 tiles: split, 2 per SM
     assert (near.schedule, near.config.block_k) == ("streamk", 256) and near.num_programs > H200.num_sms
-    # Weights of 2^27 elements and more (70B projections, lm_head): 16 x 128 x 128 tiles, 4 stages, split by
-    # Stream-K over two programs per SM (32 x 128 x 256 at 16 < M <= 32); under a budget, the 64-row tiles.
+    # Weights of 2^27 elements and more (70B projections, lm_head): 16 x 128 x 128 tiles at M = 9-16, 4 stages, split
+    # by Stream-K over two programs per SM (32 x 128 x 256 at 16 < M <= 32); under a budget, the 64-row tiles.
     for n, k in ((28672, 8192), (8192, 28672), (128256, 4096)):
-        for m in (1, 16):
+        for m in (9, 16):
             wide = make_mx_plan(m, n, k, torch.bfloat16, H200, layout="hopper")
             assert wide.schedule == "streamk" and H200.num_sms < wide.num_programs <= 2 * H200.num_sms, (m, n, k)
             assert (wide.config.block_n, wide.config.block_k, wide.config.num_stages) == (128, 128, 4)
-        assert make_mx_plan(1, n, k, torch.bfloat16, H200, layout="hopper", num_sms=66).config.block_n == 64
+        assert make_mx_plan(16, n, k, torch.bfloat16, H200, layout="hopper", num_sms=66).config.block_n == 64
         cfg = make_mx_plan(32, n, k, torch.bfloat16, H200, layout="hopper").config  # 32 x 128 x 256 above M = 16
         assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_stages) == (32, 128, 256, 3)
     assert make_mx_plan(33, 28672, 8192, torch.bfloat16, H200, layout="hopper").config.block_n == 64

@@ -268,7 +268,7 @@ def gemm_mxfp4(
         return _empty_product(out, c, beta)
     layout = "hopper" if "hopper" in (w.layout, a.layout if isinstance(a, MXFP4Tensor) else "") else "ocp"
     plan = decide(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config,
-                  mxfp4=True, mx_layout=layout)  # a "hopper" operand's K steps are widened to 128 there
+                  mxfp4=True, mx_layout=layout, mx_a=isinstance(a, MXFP4Tensor))  # "hopper": K steps >= 128
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     ops = Operands(a, w, out, c, smid_out=smid_out)

@@ -165,8 +165,10 @@ class TileConfig:
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
             value = getattr(self, name)
-            if value < 16 or value & (value - 1):
-                raise ValueError(f"TileConfig.{name} must be a power of two >= 16, got {value}")
+            # 8 rows: swapped MXFP4 tiles only, where they are the dot's narrow side (`mx_swap`)
+            least = 8 if name == "block_m" and self.mx_swap else 16
+            if value < least or value & (value - 1):
+                raise ValueError(f"TileConfig.{name} must be a power of two >= {least}, got {value}")
         if self.group_m < 1 or self.num_warps < 1 or self.num_stages < 1:
             raise ValueError(f"TileConfig fields must be positive, got {self}")
 
@@ -529,6 +531,13 @@ _MX_DECODE_SHORT_K = 4096  # decode K loops up to here run data-parallel over 16
 # tiles were 9-13% slower than the 64 x 64 plan.
 _MX_WIDE_DECODE_MIN = 2**27
 
+# Up to this M, a "hopper" weight with bf16 activations runs swapped tiles of 8 activation rows (make_mx_plan): the dot
+# [64, K] @ [K, 8] runs on mma.sync, which takes the expanded words as they are loaded (`kernels.common.word_order`;
+# the activation tile is put in their order), with none of the wgmma's per-instruction fences and descriptors: 355
+# instructions per thread per 256-element K step against 478 for the 16-row wgmma tile (benchmarks/compile_report.py
+# --tile 8,64,256 --warps 4 --stages 4 --b-mx --mx-swap --mx-layout hopper --streamk --sass).
+_MX_WORDS_MAX_M = 8
+
 # 64 < M <= 128 with a "hopper" weight on the whole device (make_mx_plan): mx_config's 128 x 64 x 256 tiles (one
 # program per SM) against 64 x 64 x 256 ones two programs per SM, which expand each weight tile twice but hide the
 # expansion behind the other program's, split by Stream-K in the same run (benchmarks/sweep_mxfp4.py --layout hopper
@@ -549,8 +558,10 @@ def make_mx_plan(
     num_sms: int | None = None,
     config: TileConfig | None = None,
     layout: str = "ocp",
+    a_mx: bool = False,
 ) -> Plan:
-    """`make_plan` for an MXFP4 GEMM (`dtype`: the dtype its dot runs in; `layout`: the weight's byte layout): the
+    """`make_plan` for an MXFP4 GEMM (`dtype`: the dtype its dot runs in; `layout`: the weight's byte layout; `a_mx`:
+    the activations are MXFP4 too): the
     tile of `mx_config` unless `config` is given (a "hopper" weight is read in whole 128-element groups: K steps of
     at least 128), and these measured rules for `auto`:
 
@@ -564,6 +575,8 @@ def make_mx_plan(
       narrower tiles: 16 x 4096 x 4096 13.1 -> 11.4 us, 16 x 6144 x 4096 17.1 -> 15.8; with longer K loops (5120 and up)
       Stream-K's split stays faster. Otherwise Stream-K splits the tiles; with a budget below the device's SMs the grid
       stays within it, as for every GEMM.
+    * M <= _MX_WORDS_MAX_M with a "hopper" weight and bf16 activations: 8 x 64 x 256 tiles with 4 stages (the note
+      at _MX_WORDS_MAX_M), scheduled as the decode tiles above.
     * M <= 32 with a "hopper" weight of at least _MX_WIDE_DECODE_MIN elements on the whole device: tiles of 128
       weight rows (16 x 128 x 128 with 4 stages, 32 x 128 x 256 with 3 above M = 16), split by Stream-K (two programs
       per SM, as below).
@@ -573,8 +586,12 @@ def make_mx_plan(
     whole = whole_device(num_sms, spec)
     if config is None:
         config = mx_config(m, n, k, layout)
+        words = layout == "hopper" and m <= _MX_WORDS_MAX_M and dtype == torch.bfloat16 and not a_mx
+        if words:
+            config = dataclasses.replace(config, block_m=8, block_k=min(config.block_k, 256), num_stages=4)
         decode = schedule == "auto" and whole and config is not None and m <= 16
-        if schedule == "auto" and whole and layout == "hopper" and m <= 32 and n * k >= _MX_WIDE_DECODE_MIN:
+        if schedule == "auto" and whole and layout == "hopper" and m <= 32 and not words and \
+                n * k >= _MX_WIDE_DECODE_MIN:
             config = dataclasses.replace(config, block_n=128, block_k=128 if m <= 16 else 256,
                                          num_stages=4 if m <= 16 else 3)
             schedule = "streamk"
@@ -807,15 +824,16 @@ def decide(
     config: TileConfig | None = None,
     mxfp4: bool = False,
     mx_layout: str = "ocp",
+    mx_a: bool = False,
     tuned: tuple[TileConfig, str] | None = None,
     batch: int = 1,
     operands: tuple[tuple[int, int], tuple[int, int]] | None = None,
 ) -> Plan:
     """The plan of a GEMM call: the one place that weighs, in order, an `overrides` block, the caller's `config`,
     a tuning file's entry (`tuned`, for schedule "auto" and no config), the MXFP4 rules (`mxfp4`: an MXFP4 weight
-    in byte layout `mx_layout`, `dtype` the dot's dtype) and the model, and then, given the dense `operands` A and B
-    as (elements, row alignment in elements: `_launch.row_alignment`), whether to copy those whose rows the tile
-    cannot read at full speed into aligned buffers first (`stage_pays`)."""
+    in byte layout `mx_layout`, `dtype` the dot's dtype, `mx_a`: MXFP4 activations) and the model, and then, given
+    the dense `operands` A and B as (elements, row alignment in elements: `_launch.row_alignment`), whether to copy
+    those whose rows the tile cannot read at full speed into aligned buffers first (`stage_pays`)."""
     if _OVERRIDES.rates is not None:
         spec = dataclasses.replace(spec, rates=_OVERRIDES.rates)
     config = _OVERRIDES.config or config
@@ -824,7 +842,7 @@ def decide(
         config, schedule = tuned
     if mxfp4:
         return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config,
-                            layout=mx_layout)
+                            layout=mx_layout, a_mx=mx_a)
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch)
     if operands is None:
         return plan

@@ -216,18 +216,36 @@ def _hopper_order(o0, o1, o2, o3, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def _word_order_pairs(o0, o1, o2, o3, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[ROWS, BLOCK_K // 2] in word order from the per-word values of bytes jj = 0..3: element (w, jj), the loaded
+    words' own order (`word_order` gives the matching order of a K-ordered operand)."""
+    both = tl.join(tl.join(o0, o1), tl.join(o2, o3))  # [.., i, j] = byte 2 j + i of the word
+    return both.permute(0, 1, 3, 2).reshape(ROWS, BLOCK_K // 2)
+
+
+@triton.jit
+def word_order(x, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A K-ordered [ROWS, BLOCK_K] tile in the order of a "hopper" weight tile expanded in word order
+    (`mx_hopper_weight_tile` WORD_ORDER): position 8 w + 2 jj + e of a step holds element 2 (16 jw + 4 jj + t) + e of
+    its 128-element group g, for the step's word w = 16 g + 4 t + jw. A dot of two tiles in this order sums the same
+    products as in K order."""
+    return x.reshape(ROWS, BLOCK_K // 128, 4, 4, 4, 2).permute(0, 1, 4, 2, 3, 5).reshape(ROWS, BLOCK_K)
+
+
+@triton.jit
 def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr,
-                          FOLDED: tl.constexpr):
+                          FOLDED: tl.constexpr, WORD_ORDER: tl.constexpr = False):
     """The [BLOCK_N, BLOCK_K] bf16 tile at K offset k0 of a "hopper" MXFP4 weight [N, K/2] (row stride and base
     multiples of 16 bytes; K and BLOCK_K multiples of 128), and its e8m0 scales [BLOCK_N, BLOCK_K // 32].
 
     Each thread loads whole 32-bit words, 4 stored bytes of one row: word (g, t, jw) of a row's step holds the "ocp"
     bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g (their bits rearranged: `mxfp4.WORD_BITS`), which share one
     scale group. One asm block expands a word into 4 bf16x2 pairs (element 2i, 2i + 1); joining and permuting them
-    into K order only renames registers on the GPU: the pairs are the MMA fragments. FOLDED: 2^126 folded into the
-    scale, exact only while every scale is <= 128 (`k_loop` checks the scales returned). The interpreter computes the
-    same pairs through fp32.
+    into K order only renames registers on the GPU: the pairs are the wgmma's register fragments. WORD_ORDER: the
+    tile in the words' own order (`word_order`), which is the mma.sync fragments' order (a dot whose other operand is
+    put in the same order). FOLDED: 2^126 folded into the scale, exact only while every scale is <= 128 (`k_loop`
+    checks the scales returned). The interpreter computes the same pairs through fp32.
     """
     words, scales = _load_hopper_words(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
                                        EVEN_K)
@@ -249,7 +267,10 @@ def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, 
         o0, o1, o2, o3 = tl.inline_asm_elementwise(
             asm, "=r,=r,=r,=r,r,r", [words, f | (f << 16)], dtype=(tl.uint32, tl.uint32, tl.uint32, tl.uint32),
             is_pure=True, pack=1)
-    pairs = _hopper_order(o0, o1, o2, o3, BLOCK_N, BLOCK_K)
+    if WORD_ORDER:
+        pairs = _word_order_pairs(o0, o1, o2, o3, BLOCK_N, BLOCK_K)
+    else:
+        pairs = _hopper_order(o0, o1, o2, o3, BLOCK_N, BLOCK_K)
     even = pairs.to(tl.uint16).to(tl.bfloat16, bitcast=True)
     odd = (pairs >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     return tl.join(even, odd).reshape(BLOCK_N, BLOCK_K), scales
@@ -501,6 +522,9 @@ def k_loop_mx(
     """
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
+    # 8-row swapped tiles of a "hopper" weight: the dot is [BLOCK_N, K] @ [K, 8], which runs on mma.sync, whose
+    # fragments are the expanded words in their own order; the activation tile is put in that order instead.
+    WORDS: tl.constexpr = B_MX == "hopper" and MX_SWAP and BLOCK_M == 8 and A_MX == "" and not (MX_FP16 or MX_PREFETCH)
     if MX_SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
@@ -515,8 +539,11 @@ def k_loop_mx(
             b_w = w_next
         elif FOLD:
             b_w, w_scales = mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N,
-                                                  BLOCK_K, EVEN_K, INTERPRETER, True)
+                                                  BLOCK_K, EVEN_K, INTERPRETER, True, WORDS)
             top = tl.maximum(top, w_scales)
+        elif WORDS:
+            b_w, _ = mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
+                                           EVEN_K, INTERPRETER, False, True)
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
                                  BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
@@ -535,6 +562,8 @@ def k_loop_mx(
                 b_a = tl.load(p_a)
             else:
                 b_a = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
+        if WORDS:
+            b_a = word_order(b_a, BLOCK_M, BLOCK_K)
         if INTERPRETER:
             b_a = b_a.to(tl.float32)
             b_w = b_w.to(tl.float32)

@@ -107,11 +107,12 @@ def describe(plan) -> str:
             f"{flags} grid {plan.num_programs}{split}")
 
 
-def describe_mx(m: int, n: int, k: int, spec, expand: bool, num_sms: int | None = None, layout: str = "ocp") -> str:
+def describe_mx(m: int, n: int, k: int, spec, expand: bool, num_sms: int | None = None, layout: str = "ocp",
+                a_mx: bool = False) -> str:
     """An MXFP4 GEMM's plan in a table cell: the fused kernel's, or "expand + " the dense GEMM's (two passes)."""
     if expand:
         return "expand + " + describe(make_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms))
-    return describe(make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms, layout=layout))
+    return describe(make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms, layout=layout, a_mx=a_mx))
 
 
 def bench_full_chip(
@@ -273,7 +274,7 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False,
             ours = [(a, w.to_layout(layout)) for (a, w), _ in sets]
             err = rel_err(smgemm.linear(*ours[0]), torch.matmul(*peer[0]))
             t_ours = time_rotating(lambda a, w: smgemm.linear(a, w), ours)
-            plan_text = describe_mx(m, n, k, spec, mx_expands(m, n, k, both), layout=layout)
+            plan_text = describe_mx(m, n, k, spec, mx_expands(m, n, k, both), layout=layout, a_mx=both)
             row = {"M": m, "N": n, "K": k, "operands": "both MXFP4" if both else "MXFP4 weight", "layout": layout,
                    "smgemm us": t_ours * 1e3, "torch bf16 us": t_peer * 1e3, "speed-up": t_peer / t_ours}
             if g_peer is not None:  # decode: kernel time from CUDA graphs (as serving engines run decode)
