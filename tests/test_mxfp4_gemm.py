@@ -124,6 +124,22 @@ def test_hopper_layout_tiles_of_the_largest_weights(config, device):
         assert_gemm_close(out, x, w.dequantize(torch.float32).t(), beta=1.0, c=bias)
 
 
+def test_eight_row_tiles_forced_on_every_activation_kind(device):
+    """The 8-row swapped tile (the planner's for bf16 decode of a "hopper" weight) forced on fp16 and MXFP4 activations
+    and on an "ocp" weight, which it reads without the word order: every schedule, a K tail, N past the tile."""
+    n, k = 90, 384
+    cfg = TileConfig(8, 64, 256, num_warps=4, num_stages=4, mx_swap=True)
+    for layout in ("hopper", "ocp"):
+        w = _weight(n, k, device).to_layout(layout)
+        for m in (1, 8, 13):
+            x = randn((m, k), torch.float16, device)
+            xq = quantize_mxfp4(x.float(), layout=layout)
+            for a, ref in ((x, x), (x.to(torch.bfloat16), x.to(torch.bfloat16)), (xq, xq.dequantize(torch.float32))):
+                for schedule, num_sms in (("data_parallel", None), ("streamk", 3)):
+                    out = gemm_mxfp4(a, w, config=cfg, schedule=schedule, num_sms=num_sms)
+                    assert_gemm_close(out, ref, w.dequantize(torch.float32).t())
+
+
 def test_hopper_layout_rows_must_be_16_byte_aligned(device):
     w = _weight(8, 256, device)
     padded = torch.zeros(8, 136, dtype=torch.uint8, device=device)  # rows 136 bytes apart: not 16-byte aligned
