@@ -214,6 +214,15 @@ def test_huge_budget_means_the_whole_device(device):
     assert a.grad is not None
 
 
+def test_eight_row_tiles_are_for_mxfp4_weights_only(device):
+    a, b = torch.randn(8, 64, device=device).half(), torch.randn(64, 64, device=device).half()
+    eight = smgemm.TileConfig(8, 64, 64, mx_swap=True)
+    with pytest.raises(ValueError, match=r"config.block_m = 8 is for the swapped tiles of an MXFP4 weight"):
+        smgemm._gemm.gemm(a, b, config=eight)
+    with smgemm.overrides(config=eight), pytest.raises(ValueError, match=r"config.block_m = 8 is for the swapped"):
+        smgemm.matmul(a, b)
+
+
 def test_tensors_on_different_devices():
     with pytest.raises(ValueError, match=r"b is on meta but a is on cpu"):
         smgemm.matmul(torch.randn(4, 4).half(), torch.empty(4, 4, dtype=torch.float16, device="meta"))

@@ -848,6 +848,9 @@ def decide(
     schedule = _OVERRIDES.schedule or schedule
     if config is None and schedule == "auto" and tuned is not None:
         config, schedule = tuned
+    if not mxfp4 and config is not None and config.block_m < 16:
+        raise ValueError(f"config.block_m = {config.block_m} is for the swapped tiles of an MXFP4 weight; a dense "
+                         f"GEMM takes block_m >= 16")
     if mxfp4:
         return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config,
                             layout=mx_layout, a_mx=mx_a)
