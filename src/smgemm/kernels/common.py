@@ -279,13 +279,13 @@ def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, 
 @triton.jit
 def mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, MX_FP16: tl.constexpr,
-                   LAYOUT: tl.constexpr):
+                   LAYOUT: tl.constexpr, WORD_ORDER: tl.constexpr = False):
     """The [BLOCK_N, BLOCK_K] weight tile at K offset k0 of an MXFP4 weight [N, K/2] (bytes in LAYOUT), expanded
     (exactly) to bf16, or to fp16 when MX_FP16 (fp16 cannot hold most scales' range: the exact fp32 values are
-    rounded once)."""
+    rounded once). WORD_ORDER: a "hopper" weight's bf16 tile in the words' order (`mx_hopper_weight_tile`)."""
     if LAYOUT == "hopper" and not MX_FP16:
         return mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
-                                     INTERPRETER, False)[0]
+                                     INTERPRETER, False, WORD_ORDER)[0]
     w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
                                      LAYOUT)
     if MX_FP16:
@@ -541,12 +541,9 @@ def k_loop_mx(
             b_w, w_scales = mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N,
                                                   BLOCK_K, EVEN_K, INTERPRETER, True, WORDS)
             top = tl.maximum(top, w_scales)
-        elif WORDS:
-            b_w, _ = mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
-                                           EVEN_K, INTERPRETER, False, True)
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
-                                 BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX)
+                                 BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, MX_FP16, B_MX, WORDS)
         if A_MX != "":
             a_packed, a_scales = load_mx_raw(a_ptr, mxa_ptr, offs_m, stride_am, stride_mxa, k0, K,
                                              BLOCK_M, BLOCK_K, EVEN_K, A_MX)
