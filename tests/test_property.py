@@ -132,6 +132,12 @@ def _batched_operand(draw, batch: int, rows: int, cols: int, dtype: torch.dtype,
     return torch._neg_view(x) if view == "negative" else x
 
 
+def _knobs(draw) -> dict:
+    """A schedule and an SM budget (the batched and gradient properties)."""
+    return {"schedule": draw(st.sampled_from([None, *smgemm.SCHEDULES])),
+            "num_sms": draw(st.sampled_from([None, 1, 3, 7, 132]))}
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_every_accepted_batched_gemm_is_right(device):
     checked = []
@@ -145,8 +151,7 @@ def test_every_accepted_batched_gemm_is_right(device):
         m, n, k = (draw(st.integers(1, _MAX_DIM // 2)) for _ in range(3))
         a = _batched_operand(draw, batch, m, k, dtype, device)
         b = _batched_operand(draw, batch, k, n, dtype, device)
-        kwargs = {"schedule": draw(st.sampled_from([None, *smgemm.SCHEDULES])),
-                  "num_sms": draw(st.sampled_from([None, 1, 3, 7, 132]))}
+        kwargs = _knobs(draw)
         c = None
         alpha, beta = 1.0, 0.0
         if draw(st.booleans()):
@@ -189,8 +194,7 @@ def test_every_gradient_is_right(device):
         a = _operand(draw, m, k, dtype, device, expand_dim=0).requires_grad_()
         b = _operand(draw, k, n, dtype, device, expand_dim=1).requires_grad_()
         entry = draw(st.sampled_from(["matmul", "addmm", "linear"]))
-        kwargs = {"schedule": draw(st.sampled_from([None, *smgemm.SCHEDULES])),
-                  "num_sms": draw(st.sampled_from([None, 1, 3, 7, 132]))}
+        kwargs = _knobs(draw)
         c, alpha, beta = None, 1.0, 1.0
         if entry != "matmul":
             shapes = [(n,), (m, n), (1, n)] + ([(m, 1), ()] if entry == "addmm" else [])
