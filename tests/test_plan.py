@@ -327,17 +327,17 @@ def test_mxfp4_decode_runs_one_program_per_tile_when_tiles_fill_the_device():
 
 def test_hopper_decode_with_bf16_activations_runs_eight_row_tiles():
     """Up to M = 8 a "hopper" weight with bf16 activations on the whole device takes 8 x 64 swapped tiles (mma.sync on
-    the expanded words as loaded: plan._MX_WORDS_MAX_M), scheduled as the decode tiles, where they fill the SMs or the
-    weight is below plan._MX_WIDE_DECODE_MIN; M = 9, a budget, fp16 or MXFP4 activations and the "ocp" layout keep
-    16-row tiles, the widest weights with fewer tiles than SMs their 16 x 128 ones. Only swapped tiles have 8 rows."""
+    the expanded words as loaded: plan._MX_WORDS_MAX_M), scheduled as the decode tiles, the widest weights too; M = 9,
+    a budget, fp16 or MXFP4 activations and the "ocp" layout keep 16-row tiles, M = 9 of the widest weights its
+    16 x 128 ones. Only swapped tiles have 8 rows."""
     for m in (1, 5, 8):
-        for n, k in ((14336, 4096), (4096, 14336), (128256, 4096), (28672, 8192), (1024, 128)):
+        for n, k in ((14336, 4096), (4096, 14336), (128256, 4096), (28672, 8192), (8192, 28672), (1024, 128)):
             plan = make_mx_plan(m, n, k, torch.bfloat16, H200, layout="hopper")
             cfg = plan.config
             assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.mx_swap) == (8, 64, min(256, k), True), (m, n, k)
             assert plan.num_programs <= 2 * H200.num_sms or plan.schedule == "data_parallel"
             assert make_mx_plan(m, n, k, torch.bfloat16, H200, layout="hopper", num_sms=66).config.block_m == 16
-        assert make_mx_plan(m, 8192, 28672, torch.bfloat16, H200, layout="hopper").config.block_n == 128
+    assert make_mx_plan(9, 8192, 28672, torch.bfloat16, H200, layout="hopper").config.block_n == 128
     assert make_mx_plan(1, 14336, 4096, torch.bfloat16, H200, layout="hopper").schedule == "data_parallel"
     assert make_mx_plan(1, 4096, 14336, torch.bfloat16, H200, layout="hopper").schedule == "streamk"
     for plan in (make_mx_plan(9, 14336, 4096, torch.bfloat16, H200, layout="hopper"),

@@ -535,12 +535,14 @@ _MX_WIDE_DECODE_MIN = 2**27
 # (make_mx_plan): the dot [64, K] @ [K, 8] runs on mma.sync, which takes the expanded words as they are loaded
 # (`kernels.common.word_order`; the activation tile is put in their order), with none of the wgmma's per-instruction
 # fences and descriptors: 354 instructions per thread per 256-element K step against 478 for the 16-row wgmma tile
-# (benchmarks/compile_report.py --tile 8,64,256 --warps 4 --stages 4 --b-mx --mx-swap --mx-layout hopper --streamk
-# --sass). On the H200 (benchmarks/sweep_mxfp4.py --layout hopper, against the 16-row plans in the same run)
-# 1 x 14336 x 4096 ran 21.5 -> 19.0 us, 1 x 1024 x 4096 7.0 -> 6.6, 1 x 6144 x 4096 15.7 -> 14.5, 8 x 128256 x 4096
-# 120 -> 114, 8 x 4096 x 4096 10.5 -> 10.8; where the 16 x 128 x 128 tiles of the widest weights split by Stream-K
-# (1 x 8192 x 28672: 59.5 against 62.6) and under a 64-SM budget (1 x 14336 x 4096: 43.8 against 49.2) the 16-row
-# tiles stay.
+# (benchmarks/compile_report.py --tile 8,64,256 --warps 4 --stages 4 --b-mx --mx-swap --mx-layout hopper --sass).
+# On the H200 (benchmarks/sweep_mxfp4.py --layout hopper, against the 16-row plans in the same run) 1 x 14336 x 4096
+# ran 21.5 -> 19.0 us, 1 x 1024 x 4096 7.0 -> 6.6, 1 x 6144 x 4096 15.7 -> 14.5, 8 x 128256 x 4096 120 -> 114,
+# 8 x 4096 x 4096 10.5 -> 10.8. Split by Stream-K they expand exactly (`kernels.common.k_loop`), and then also beat
+# the 16 x 128 x 128 tiles of the widest weights: 1 x 8192 x 28672 59.4 -> 57.2 us (smgemm.linear timed by
+# tools.timing.time_rotating, both trees in one run); under a 64-SM budget (1 x 14336 x 4096: 43.8 against 49.2) the
+# 16-row tiles stay. Three or four programs per SM instead of two: 1 x 8192 x 28672 54.6 / 54.2 us, but
+# 1 x 4096 x 4096 10.2 -> 10.7 / 10.5 and 1 x 4096 x 14336 19.2 -> 19.6 / 19.4.
 _MX_WORDS_MAX_M = 8
 
 # 64 < M <= 128 with a "hopper" weight on the whole device (make_mx_plan): mx_config's 128 x 64 x 256 tiles (one
@@ -580,10 +582,9 @@ def make_mx_plan(
       narrower tiles: 16 x 4096 x 4096 13.1 -> 11.4 us, 16 x 6144 x 4096 17.1 -> 15.8; with longer K loops (5120 and up)
       Stream-K's split stays faster. Otherwise Stream-K splits the tiles; with a budget below the device's SMs the grid
       stays within it, as for every GEMM.
-    * M <= _MX_WORDS_MAX_M with a "hopper" weight and bf16 activations on the whole device, where the 8 x 64 tiles
-      fill the SMs or the weight is below _MX_WIDE_DECODE_MIN elements: 8 x 64 x 256 tiles with 4 stages (the note
-      at _MX_WORDS_MAX_M), scheduled as the decode tiles above.
-    * M <= 32 with a "hopper" weight of at least _MX_WIDE_DECODE_MIN elements on the whole device: tiles of 128
+    * M <= _MX_WORDS_MAX_M with a "hopper" weight and bf16 activations on the whole device: 8 x 64 x 256 tiles with
+      4 stages (the note at _MX_WORDS_MAX_M), scheduled as the decode tiles above.
+    * 8 < M <= 32 with a "hopper" weight of at least _MX_WIDE_DECODE_MIN elements on the whole device: tiles of 128
       weight rows (16 x 128 x 128 with 4 stages, 32 x 128 x 256 with 3 above M = 16), split by Stream-K (two programs
       per SM, as below).
     * 64 < M <= 128 with a "hopper" weight on the whole device: 64 x 64 x 256 tiles two programs per SM, or 128 x 128 x
@@ -593,8 +594,7 @@ def make_mx_plan(
     if config is None:
         config = mx_config(m, n, k, layout)
         words = schedule == "auto" and whole and layout == "hopper" and m <= _MX_WORDS_MAX_M and \
-            dtype == torch.bfloat16 and not a_mx and \
-            (math.ceil(n / config.block_n) >= spec.num_sms or n * k < _MX_WIDE_DECODE_MIN)
+            dtype == torch.bfloat16 and not a_mx
         if words:
             config = dataclasses.replace(config, block_m=8, block_k=min(config.block_k, 256), num_stages=4)
         decode = schedule == "auto" and whole and config is not None and m <= 16

@@ -350,7 +350,7 @@ def k_loop(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
-    MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr,
+    MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr, STREAMK: tl.constexpr = False,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end),
     for `shape` (M, N, K) and the (row, column) strides of A [M, K] and B [K, N] (of an MXFP4 operand's packed data,
@@ -375,9 +375,14 @@ def k_loop(
         # A "hopper" weight's decode tiles (bf16 A, BLOCK_M <= 16) first fold e2m1's bias into the scale (`k_loop_mx`
         # FOLD); a tile that met a scale past 2^1 runs again exactly. On the swapped tiles of M = 17-128 it takes
         # 13-23% fewer K-loop instructions without spilling, but its times on the H200 ranged from 7% below to 5%
-        # above the exact expansion's (benchmarks/sweep_mxfp4.py --layout hopper, planner rows, same run).
+        # above the exact expansion's (benchmarks/sweep_mxfp4.py --layout hopper, planner rows, same run). The
+        # second loop's state costs registers: in a kernel that also runs Stream-K (STREAMK, the kernel's flag) the
+        # 8-row tile takes 168 registers with FOLD and 96 without (benchmarks/compile_report.py --tile 8,64,256
+        # --warps 4 --stages 4 --b-mx --mx-swap --mx-layout hopper --streamk), and split by Stream-K it ran
+        # 1 x 8192 x 28672 in 62.6 us with FOLD and 56.7 without, 1 x 4096 x 14336 21.4 -> 19.1 and 4 x 128256 x 4096
+        # 164 -> 126 (H200, both trees in one run), so those tiles expand exactly.
         FOLD: tl.constexpr = B_MX == "hopper" and A_MX == "" and BLOCK_M <= 16 and not (
-            INTERPRETER or MX_FP16 or MX_PREFETCH)
+            INTERPRETER or MX_FP16 or MX_PREFETCH or (STREAMK and BLOCK_M == 8))
         acc, top = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
