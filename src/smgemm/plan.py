@@ -534,7 +534,7 @@ _MX_WIDE_DECODE_MIN = 2**27
 # Up to this M, a "hopper" weight with bf16 activations on the whole device runs swapped tiles of 8 activation rows
 # (make_mx_plan): the dot [64, K] @ [K, 8] runs on mma.sync, which takes the expanded words as they are loaded
 # (`kernels.common.word_order`; the activation tile is put in their order), with none of the wgmma's per-instruction
-# fences and descriptors: 354 instructions per thread per 256-element K step against 478 for the 16-row wgmma tile
+# fences and descriptors: 354 instructions per thread per 256-element K step against 482 for the 16-row wgmma tile
 # (benchmarks/compile_report.py --tile 8,64,256 --warps 4 --stages 4 --b-mx --mx-swap --mx-layout hopper --sass).
 # On the H200 (benchmarks/sweep_mxfp4.py --layout hopper, against the 16-row plans in the same run) 1 x 14336 x 4096
 # ran 21.5 -> 19.0 us, 1 x 1024 x 4096 7.0 -> 6.6, 1 x 6144 x 4096 15.7 -> 14.5, 8 x 128256 x 4096 120 -> 114,
