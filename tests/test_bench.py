@@ -47,3 +47,21 @@ def test_cli_values_reach_the_bench_as_lists():
 
     args = cli.parser().parse_args(["bench", "--suite", "random,quick", "--seed", "3", "--schedules", "auto,streamk"])
     assert args.suite == ["random", "quick"] and args.seed == 3 and args.schedules == ["auto", "streamk"]
+
+
+def test_model_table_runs_the_swapped_llama_against_torch():
+    """The model-level MXFP4 table (`bench --mxfp4 --mxfp4-model`, examples/llama.py) on the tiny Llama: one decode and
+    one prefill row whose logits agree with the torch model holding the same dequantized weights (through the
+    interpreter on the CPU: the MXFP4 expansion is exact, so only the accumulation order differs)."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    from smgemm.tools import cli
+    from smgemm.tools.model import model_rows
+
+    assert cli.parser().parse_args(["bench", "--mxfp4", "--mxfp4-model", ""]).mxfp4_model == ""
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["bench", "--mxfp4-model", "huge"])
+    rows = model_rows("tiny", [2], 5, mxfp4=True)
+    assert [r["tokens"] for r in rows] == ["2 x 1 (decode, batch 2)", "1 x 5 (prefill)"]
+    assert all(0 <= r["rel diff of logits"] < 2e-2 for r in rows), rows

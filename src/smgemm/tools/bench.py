@@ -22,6 +22,7 @@ from .._device import INTERPRETER_SPEC, device_spec, tf32_enabled
 from .._launch import row_alignment
 from ..mxfp4 import LAYOUTS
 from ..plan import DTYPES, decide, make_mx_plan, make_plan, mx_expands
+from .model import model_rows
 from .timing import (
     PLOT_SKIPPED,
     choices_list,
@@ -398,12 +399,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedules", default=["auto"], type=choices_list(smgemm.SCHEDULES),
                    help="comma list; the first one's ratio to torch is printed")
     p.add_argument("--no-overhead", action="store_true", help="skip the host-overhead table")
-    p.add_argument("--mxfp4", action="store_true", help="also the MXFP4 tables (decode and large shapes)")
+    p.add_argument("--mxfp4", action="store_true",
+                   help="also the MXFP4 tables (decode and large shapes, and a model: --mxfp4-model)")
     p.add_argument("--mxfp4-shapes", default="default", choices=("default", "llama"),
                    help="the MXFP4 table's problems: decode and large shapes, or the Llama-3 8B and 70B projections "
                         "at M = 1-128")
     p.add_argument("--mxfp4-layouts", default=["ocp", "hopper"], type=choices_list(LAYOUTS),
                    help="comma list of the weight's byte layouts to time")
+    p.add_argument("--mxfp4-model", default="mid", choices=("mid", "tiny", ""),
+                   help="the model-level MXFP4 table's Llama (mid: Llama-3-8B-shaped, 4 layers; decode batches 1, "
+                        "16, 64 and a 2048-token prefill; needs transformers); '' skips")
     p.add_argument("--epilogue", action="store_true",
                    help="also linear with a bias and addmm with a C matrix vs torch, per --dtype")
     p.add_argument("--batched", action="store_true",
@@ -445,6 +450,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(table(bench_mxfp4(MXFP4_DECODE + MXFP4_LARGE, layouts=layouts)
                         + bench_mxfp4(MXFP4_LARGE, both=True, layouts=layouts)))
+        if args.mxfp4_model:
+            print(f"\n## MXFP4: a Llama ({args.mxfp4_model}) swapped to MXFP4Linear vs the same model in bf16 torch "
+                  "(CUDA-graph replays)")
+            try:
+                print(table(model_rows(args.mxfp4_model, [1, 16, 64], 2048, mxfp4=True)))
+            except ImportError as exc:
+                print(f"skipped: {exc} (pip install transformers)")
     if args.epilogue:
         for name in args.dtype:
             if name != "fp8":
