@@ -285,6 +285,15 @@ def test_every_code_and_scale_is_exact_on_gpu(config, layout, largest):
     torch.testing.assert_close(out[:, :len(finite)], ref[:, :len(finite)], rtol=0, atol=0)
     # Scales 2^126, 2^127 overflow some values to inf (and 0 * inf makes the whole column NaN); 255 is NaN.
     assert not out[:, len(finite):].isfinite().any() and not ref[:, len(finite):].isfinite().all(dim=0).any()
+    if isinstance(config, TileConfig) and config.block_m == 8:
+        # The Stream-K kernel of the 8-row tiles expands without FOLD (`kernels.common.k_loop`): the same bytes and
+        # scales repeated along K, so that the K loops are long enough to split.
+        long = MXFP4Tensor(data.repeat(1, 8), scales[:, None].expand(-1, 8 * k // 32).contiguous()).to_layout(layout)
+        got = gemm_mxfp4(torch.eye(8 * k, dtype=torch.bfloat16, device="cuda"), long, out_dtype=torch.float32,
+                         config=config, schedule="streamk")
+        torch.testing.assert_close(got[:, :len(finite)], long.dequantize(torch.float32).t()[:, :len(finite)], rtol=0,
+                                   atol=0)
+        assert not got[:, len(finite):].isfinite().any()
     if largest == 128:  # also through the decode plans' own tiles (16 x 64; 8 x 64 for a hopper weight at M <= 8;
         # folded) on a wider weight
         wide = MXFP4Tensor(data.repeat(8, 1)[:128], w.to_layout("ocp").scales.repeat(8, 1)[:128]).to_layout(layout)
