@@ -26,7 +26,7 @@ LAYERS = [
     ["ops"],
     ["nn", "partition", "parallel"],
     ["__init__"],
-    ["tools", "tools.timing", "tools.attention"],
+    ["tools", "tools.timing", "tools.attention", "tools.model"],
     ["tools.bench", "tools.overlap", "tools.tp"],
     ["tools.tune"],
     ["tools.cli"],
