@@ -380,7 +380,8 @@ def k_loop(
         # 8-row tile takes 168 registers with FOLD and 96 without (benchmarks/compile_report.py --tile 8,64,256
         # --warps 4 --stages 4 --b-mx --mx-swap --mx-layout hopper --streamk), and split by Stream-K it ran
         # 1 x 8192 x 28672 in 62.6 us with FOLD and 56.7 without, 1 x 4096 x 14336 21.4 -> 19.1 and 4 x 128256 x 4096
-        # 164 -> 126 (H200, both trees in one run), so those tiles expand exactly.
+        # 164 -> 126 (H200; the forced 8 x 64 x 256 Stream-K plan timed by tools.timing.time_rotating, e9ca43d with
+        # and without FOLD in one run), so those tiles expand exactly.
         FOLD: tl.constexpr = B_MX == "hopper" and A_MX == "" and BLOCK_M <= 16 and not (
             INTERPRETER or MX_FP16 or MX_PREFETCH or (STREAMK and BLOCK_M == 8))
         acc, top = k_loop_mx(
