@@ -115,6 +115,34 @@ def test_strided_out_is_written_only_in_place(device):
     assert (big[:, :10] == 7).all() and (big[:, 30:] == 7).all()
 
 
+def test_out_beside_its_operands_in_one_buffer(device):
+    """Column slices of one buffer share its address range but no element: out may be one of them while A, B and C
+    are others (e.g. a fused projection's outputs beside its inputs), and the operands keep their values. Slices
+    that do share an element are refused, naming the operand."""
+    buf = randn((30, 80), torch.float16, device)
+    a, c, out = buf[:, :16], buf[:, 16:36], buf[:, 40:60]
+    b = randn((16, 20), torch.float16, device)
+    a0, c0, rest = a.clone(), c.clone(), buf[:, 60:].clone()
+    smgemm.addmm(c, a, b, out=out)
+    assert_gemm_close(out, a0, b, beta=1.0, c=c0)
+    assert torch.equal(a, a0) and torch.equal(c, c0) and torch.equal(buf[:, 60:], rest)
+    w = randn((20, 16), torch.float16, device)
+    smgemm.matmul(buf[:, :16], w.t(), out=buf[:, 16:36])  # B = w.t(): a transposed view of another buffer
+    assert_gemm_close(buf[:, 16:36], a0, w.t())
+    with pytest.raises(ValueError, match="out overlaps a"):
+        smgemm.matmul(buf[:, :16], b, out=buf[:, 10:30])  # columns 10-15 are in both
+    with pytest.raises(ValueError, match="out overlaps a"):
+        smgemm.matmul(buf[1:, :16], b, out=buf[:-1, 15:35])  # buf[i, 15] is in A's row i - 1 and out's row i
+    rows = randn((32, 20), torch.float16, device)  # B in the even rows, out in the odd ones
+    x, b_even = randn((16, 16), torch.float16, device), rows[0::2]
+    b0 = b_even.clone()
+    smgemm.matmul(x, b_even, out=rows[1::2])
+    assert_gemm_close(rows[1::2], x, b0)
+    assert torch.equal(b_even, b0)
+    with pytest.raises(ValueError, match="out overlaps b"):
+        smgemm.matmul(x, rows[0::2], out=rows[:16])  # rows 0-15 hold B's rows 0-7
+
+
 def test_linear_matches_torch(device):
     x = randn((2, 3, 40), torch.float16, device)
     w = randn((24, 40), torch.float16, device)
