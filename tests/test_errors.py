@@ -232,3 +232,38 @@ def test_cpu_tensors_without_the_interpreter(monkeypatch):
     monkeypatch.setattr(smgemm._checks, "interpreter_active", lambda: False)
     with pytest.raises(ValueError, match=r"a is on cpu: smgemm runs on CUDA tensors"):
         smgemm.matmul(torch.randn(4, 4).half(), torch.randn(4, 4).half())
+
+
+def test_out_overlap_check_never_misses_a_shared_element():
+    """`_checks._overlaps` against the element addresses of random strided views of one buffer (every rank to 3,
+    unit, wide, zero and overlapping strides, random offsets): it never calls two views disjoint that share an
+    element, and it is exact whenever each view's rows are evenly spaced alike (the case it claims)."""
+    import itertools
+    import random
+
+    rng = random.Random()
+    buf = torch.zeros(2048, dtype=torch.float16)
+
+    def view():
+        shape = [rng.randint(1, 6) for _ in range(rng.choice([1, 2, 2, 3]))]
+        strides, reach = [rng.choice([1, 1, 1, 2, 0])], shape[-1]
+        for size in reversed(shape[:-1]):
+            strides.insert(0, rng.choice([reach, reach + rng.randint(1, 5), rng.randint(0, reach + 8), 0]))
+            reach = max(reach, strides[0] * size)
+        return buf.as_strided(shape, strides, rng.randint(0, 200))
+
+    def elements(t):
+        return {t.storage_offset() + sum(i * s for i, s in zip(ix, t.stride()))
+                for ix in itertools.product(*(range(n) for n in t.shape))}
+
+    exact = 0
+    for _ in range(3000):
+        x, y = view(), view()
+        shared, said = bool(elements(x) & elements(y)), smgemm._checks._overlaps(x, y)
+        case = " / ".join(f"{tuple(t.shape)} {t.stride()} +{t.storage_offset()}" for t in (x, y))
+        assert said or not shared, f"missed a shared element: {case}"
+        rows = smgemm._checks._rows(x), smgemm._checks._rows(y)
+        if None not in rows and (rows[0][2] == 1 or rows[1][2] == 1 or rows[0][1] == rows[1][1]):
+            assert said == shared, f"not exact: {case}"
+            exact += 1
+    assert exact >= 300  # at least a tenth of the draws are of the kind the exact comparison claims

@@ -309,52 +309,48 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     return start, start + (_max_offset(t) + 1) * t.element_size()
 
 
-def _row_spans(t: torch.Tensor) -> torch.Tensor | None:
-    """The byte ranges [start, end) of `t`'s rows (its last dim, whose elements are adjacent), [rows, 2] int64, or
-    None when they are not contiguous ranges (a last dim of stride > 1)."""
-    if t.dim() == 0 or (t.shape[-1] > 1 and t.stride(-1) != 1):
+def _rows(t: torch.Tensor) -> tuple[int, int, int, int] | None:
+    """(first byte, row stride in bytes, rows, row width in bytes) of a non-empty `t` whose rows (its last dim,
+    adjacent elements) are evenly spaced, else None. Dims of stride 0 repeat rows, so they add none."""
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
         return None
-    starts = torch.zeros(1, dtype=torch.int64)
-    for size, stride in zip(t.shape[:-1], t.stride()[:-1]):
-        starts = (starts[:, None] + torch.arange(size, dtype=torch.int64) * stride).flatten()
-    starts = t.data_ptr() + starts * t.element_size()
-    return torch.stack((starts, starts + t.shape[-1] * t.element_size()), dim=1)
+    rows, step = 1, 0
+    for size, stride in reversed([(n, st) for n, st in zip(t.shape[:-1], t.stride()[:-1]) if n > 1 and st != 0]):
+        if rows == 1:
+            rows, step = size, stride
+        elif stride == step * rows:
+            rows *= size
+        else:
+            return None
+    return t.data_ptr(), step * t.element_size(), rows, t.shape[-1] * t.element_size()
 
 
-def _spans_meet(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether a range of x ([n, 2] byte ranges) meets a range of y: sorted by start, some range starts before the
-    furthest end of the other tensor's ranges that start no later."""
-    spans = torch.cat((x, y))
-    other = torch.cat((torch.ones(len(x), dtype=torch.bool), torch.zeros(len(y), dtype=torch.bool)))  # True: x
-    order = torch.argsort(spans[:, 0], stable=True)
-    spans, is_x = spans[order], other[order]
-    low = torch.iinfo(torch.int64).min
-    reach_x = torch.cummax(torch.where(is_x, spans[:, 1], low), 0).values
-    reach_y = torch.cummax(torch.where(is_x, low, spans[:, 1]), 0).values
-    # (a range of y that starts where one of x does sorts after it, so it sees that range's end)
-    prev_x = torch.cat((torch.tensor([low]), reach_x[:-1]))
-    prev_y = torch.cat((torch.tensor([low]), reach_y[:-1]))
-    meets = torch.where(is_x, spans[:, 0] < prev_y, spans[:, 0] < prev_x)
-    return bool(meets.any())
-
-
-# Beyond this many rows a pair whose address ranges intersect is refused without the exact comparison.
-_EXACT_OVERLAP_ROWS = 1 << 20
+def _rows_meet(x: tuple[int, int, int, int], y: tuple[int, int, int, int]) -> bool | None:
+    """Whether two sets of evenly spaced rows (`_rows`) share a byte, or None when their spacings differ. Row i of x
+    and row j of y meet when -wy < (y0 - x0) + (j - i) r < wx: an integer j - i in [-(mx - 1), my - 1] must lie in
+    that open interval."""
+    (x0, rx, mx, wx), (y0, ry, my, wy) = x, y
+    r = rx if mx > 1 else ry
+    if (mx > 1 and my > 1 and rx != ry) or r == 0:
+        return None if r else -wy < y0 - x0 < wx
+    d = y0 - x0
+    low = max(-(mx - 1), (-wy - d) // r + 1)
+    high = min(my - 1, -((d - wx) // r) - 1)
+    return low <= high
 
 
 def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether x and y share memory: exact where both are rows of adjacent elements (e.g. column slices of one
-    buffer, which share its address range but no element); otherwise, and for more than _EXACT_OVERLAP_ROWS rows,
-    conservative (their address ranges intersect)."""
+    """Whether x and y share memory: exact where the rows of each are evenly spaced with the same spacing (e.g.
+    column slices of one buffer, which share its address range but no element), otherwise conservative (their
+    address ranges intersect)."""
     if x.numel() == 0 or y.numel() == 0:
         return False
     (x0, x1), (y0, y1) = _byte_span(x), _byte_span(y)
     if not (x0 < y1 and y0 < x1):
         return False
-    if x.numel() // max(x.shape[-1], 1) + y.numel() // max(y.shape[-1], 1) > _EXACT_OVERLAP_ROWS:
-        return True
-    xs, ys = _row_spans(x), _row_spans(y)
-    return xs is None or ys is None or _spans_meet(xs, ys)
+    xr, yr = _rows(x), _rows(y)
+    meet = None if xr is None or yr is None else _rows_meet(xr, yr)
+    return True if meet is None else meet
 
 
 def _has_internal_overlap(t: torch.Tensor) -> bool:
@@ -376,6 +372,6 @@ def check_memory(out: torch.Tensor, c: torch.Tensor | None, operands: list[tuple
     for name, t in operands:
         if t is not None and _overlaps(out, t):
             raise ValueError(f"out overlaps {name}'s memory; it must not overwrite an operand")
-    if c is not None and _overlaps(out, c) and not (out.data_ptr() == c.data_ptr() and out.stride() == c.stride()):
+    if c is not None and not (out.data_ptr() == c.data_ptr() and out.stride() == c.stride()) and _overlaps(out, c):
         raise ValueError("out overlaps input without being the same (M, N) view of it; pass out=input "
                          "for an in-place update")
