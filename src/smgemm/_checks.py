@@ -312,6 +312,8 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
 def _rows(t: torch.Tensor) -> tuple[int, int, int, int] | None:
     """(first byte, row stride in bytes, rows, row width in bytes) of a non-empty `t` whose rows (its last dim,
     adjacent elements) are evenly spaced, else None. Dims of stride 0 repeat rows, so they add none."""
+    if t.dim() == 0:  # a scalar (a per-tensor scale): one row of one element
+        return t.data_ptr(), 0, 1, t.element_size()
     if t.shape[-1] > 1 and t.stride(-1) != 1:
         return None
     rows, step = 1, 0
