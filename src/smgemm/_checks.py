@@ -327,15 +327,16 @@ def _rows(t: torch.Tensor) -> tuple[int, int, int, int] | None:
     return t.data_ptr(), step * t.element_size(), rows, t.shape[-1] * t.element_size()
 
 
-def _rows_meet(x: tuple[int, int, int, int], y: tuple[int, int, int, int]) -> bool | None:
-    """Whether two sets of evenly spaced rows (`_rows`) share a byte, or None when their spacings differ. Row i of x
-    and row j of y meet when -wy < (y0 - x0) + (j - i) r < wx: an integer j - i in [-(mx - 1), my - 1] must lie in
-    that open interval."""
+def _rows_meet(x: tuple[int, int, int, int], y: tuple[int, int, int, int]) -> bool:
+    """Whether two sets of evenly spaced rows (`_rows`) may share a byte: exact for one spacing (row i of x and row
+    j of y meet when -wy < (y0 - x0) + (j - i) r < wx, so an integer j - i in [-(mx - 1), my - 1] must lie in that
+    open interval), True for two."""
     (x0, rx, mx, wx), (y0, ry, my, wy) = x, y
-    r = rx if mx > 1 else ry
-    if (mx > 1 and my > 1 and rx != ry) or r == 0:
-        return None if r else -wy < y0 - x0 < wx
-    d = y0 - x0
+    d, r = y0 - x0, rx if mx > 1 else ry
+    if r == 0:  # one row each
+        return -wy < d < wx
+    if mx > 1 and my > 1 and rx != ry:
+        return True
     low = max(-(mx - 1), (-wy - d) // r + 1)
     high = min(my - 1, -((d - wx) // r) - 1)
     return low <= high
@@ -351,8 +352,7 @@ def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
     if not (x0 < y1 and y0 < x1):
         return False
     xr, yr = _rows(x), _rows(y)
-    meet = None if xr is None or yr is None else _rows_meet(xr, yr)
-    return True if meet is None else meet
+    return xr is None or yr is None or _rows_meet(xr, yr)
 
 
 def _has_internal_overlap(t: torch.Tensor) -> bool:

@@ -16,6 +16,8 @@ import torch
 
 import smgemm
 
+from .timing import capture
+
 LLAMA_SIZES = {
     "tiny": dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2),
@@ -47,15 +49,7 @@ def forward_ms(fn) -> float:
     from triton.testing import do_bench
 
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return do_bench(graph.replay, warmup=25, rep=200, return_mode="median")
+        return do_bench(capture(fn).replay, warmup=25, rep=200, return_mode="median")
     except Exception as exc:  # whatever the capture met: the eager time is still a measurement
         print(f"  (CUDA graph capture failed: {type(exc).__name__}; timing eager calls)")
         return do_bench(fn, warmup=10, rep=100, return_mode="median")

@@ -182,20 +182,27 @@ def event_ms(run: Callable[[], object], reps: int, barrier: Callable[[], object]
     return start.elapsed_time(end) / reps
 
 
-def graph_us(fn: Callable[[], object], calls: int = 20, reps: int = 10) -> float:
-    """Median device microseconds of one call of `fn`, from replays of a CUDA graph of `calls` calls.
-
-    Launch gaps and host overhead drop out: what is left is the kernel itself (operands may sit in L2).
-    """
+def capture(fn: Callable[[], object], calls: int = 1) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of `calls` calls of `fn`, after one warm-up call on a side stream (compiling outside the
+    capture)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # compile and warm up outside the capture
+    with torch.cuda.stream(side):
         fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
+    return graph
+
+
+def graph_us(fn: Callable[[], object], calls: int = 20, reps: int = 10) -> float:
+    """Median device microseconds of one call of `fn`, from replays of a CUDA graph of `calls` calls.
+
+    Launch gaps and host overhead drop out: what is left is the kernel itself (operands may sit in L2).
+    """
+    graph = capture(fn, calls)
     graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
