@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from smgemm._device import INTERPRETER_SPEC, DeviceSpec
 from smgemm.plan import (
+    _MX_WORDS_LONG_K_STEPS,
     INPUT_DTYPES,
     SCHEDULES,
     TileConfig,
@@ -335,9 +336,15 @@ def test_hopper_decode_with_bf16_activations_runs_eight_row_tiles():
             plan = make_mx_plan(m, n, k, torch.bfloat16, H200, layout="hopper")
             cfg = plan.config
             assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.mx_swap) == (8, 64, min(256, k), True), (m, n, k)
-            assert plan.num_programs <= 2 * H200.num_sms or plan.schedule == "data_parallel"
+            per_sm = 4 if k // 256 >= _MX_WORDS_LONG_K_STEPS else 2
+            assert plan.num_programs <= per_sm * H200.num_sms or plan.schedule == "data_parallel"
             assert make_mx_plan(m, n, k, torch.bfloat16, H200, layout="hopper", num_sms=66).config.block_m == 16
     assert make_mx_plan(9, 8192, 28672, torch.bfloat16, H200, layout="hopper").config.block_n == 128
+    # Long K loops run four programs per SM (8192 / 64 tiles, four parts each); shorter ones two.
+    long_k = make_mx_plan(1, 8192, 28672, torch.bfloat16, H200, layout="hopper")
+    assert (long_k.schedule, long_k.num_programs) == ("streamk", 4 * 8192 // 64) and 4 * 8192 // 64 > 2 * H200.num_sms
+    short_k = make_mx_plan(1, 4096, 14336, torch.bfloat16, H200, layout="hopper")
+    assert short_k.schedule == "streamk" and short_k.num_programs <= 2 * H200.num_sms
     assert make_mx_plan(1, 14336, 4096, torch.bfloat16, H200, layout="hopper").schedule == "data_parallel"
     assert make_mx_plan(1, 4096, 14336, torch.bfloat16, H200, layout="hopper").schedule == "streamk"
     for plan in (make_mx_plan(9, 14336, 4096, torch.bfloat16, H200, layout="hopper"),

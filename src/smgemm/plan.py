@@ -541,9 +541,17 @@ _MX_WIDE_DECODE_MIN = 2**27
 # 8 x 4096 x 4096 10.5 -> 10.8. Split by Stream-K they expand exactly (`kernels.common.k_loop`), and then also beat
 # the 16 x 128 x 128 tiles of the widest weights: 1 x 8192 x 28672 59.4 -> 57.2 us (smgemm.linear timed by
 # tools.timing.time_rotating, both trees in one run); under a 64-SM budget (1 x 14336 x 4096: 43.8 against 49.2) the
-# 16-row tiles stay. Three or four programs per SM instead of two: 1 x 8192 x 28672 54.6 / 54.2 us, but
-# 1 x 4096 x 4096 10.2 -> 10.7 / 10.5 and 1 x 4096 x 14336 19.2 -> 19.6 / 19.4.
+# 16-row tiles stay.
 _MX_WORDS_MAX_M = 8
+# Split 8-row plans of at least this many K steps a tile run four programs per SM instead of two: the aligned grid then
+# gives each tile four parts instead of two. On the H200 (the planner's rows for the Llama-3 8B and 70B projections
+# and lm_heads at M = 1, 4, 8, planned for the device's SMs and for twice them as by
+# benchmarks/sweep_configs.plan_for_programs_per_sm, `smgemm.linear` timed by tools.timing.time_rotating, both in one
+# run at commit 3cd974d) 1 x 8192 x 28672 ran 57.1 -> 54.4 us, 4 and 8 x 8192 x 28672 58.8 / 58.7 -> 55.1; with shorter
+# loops four per SM was level or slower: 1 x 4096 x 14336 (56 steps) 19.2 -> 20.0, 1 x 4096 x 4096 10.3 -> 10.6,
+# 1 x 8192 x 8192 21.1 -> 21.5 (4 and 8 x 8192 x 8192 1.5% faster). Data-parallel plans (one tile per program) are
+# unchanged.
+_MX_WORDS_LONG_K_STEPS = 64
 
 # 64 < M <= 128 with a "hopper" weight on the whole device (make_mx_plan): mx_config's 128 x 64 x 256 tiles (one
 # program per SM) against 64 x 64 x 256 ones two programs per SM, which expand each weight tile twice but hide the
@@ -583,7 +591,8 @@ def make_mx_plan(
       Stream-K's split stays faster. Otherwise Stream-K splits the tiles; with a budget below the device's SMs the grid
       stays within it, as for every GEMM.
     * M <= _MX_WORDS_MAX_M with a "hopper" weight and bf16 activations on the whole device: 8 x 64 x 256 tiles with
-      4 stages (the note at _MX_WORDS_MAX_M), scheduled as the decode tiles above.
+      4 stages (the note at _MX_WORDS_MAX_M), scheduled as the decode tiles above; split, they run four programs
+      per SM where a tile's K loop has at least _MX_WORDS_LONG_K_STEPS steps (two otherwise, as below).
     * 8 < M <= 32 with a "hopper" weight of at least _MX_WIDE_DECODE_MIN elements on the whole device: tiles of 128
       weight rows (16 x 128 x 128 with 4 stages, 32 x 128 x 256 with 3 above M = 16), split by Stream-K (two programs
       per SM, as below).
@@ -623,9 +632,12 @@ def make_mx_plan(
     if layout == "hopper" and (m <= 64 or (config is not None and config.block_m <= 64)) and \
             schedule != "data_parallel" and whole:
         # Two programs per SM: a split decode GEMM hides its expansion's latency behind the other program's (on the
-        # H200 1 x 4096 x 14336 26.2 -> 22.6 us, 64 x 14336 x 4096 36.2 -> 30.2; three per SM were slower). Stream-K
-        # waits only on lower programs, which started first, so the schedule needs no co-residency.
-        spec, num_sms = dataclasses.replace(spec, num_sms=2 * spec.num_sms), None
+        # H200 1 x 4096 x 14336 26.2 -> 22.6 us, 64 x 14336 x 4096 36.2 -> 30.2; three per SM were slower), four for
+        # the 8-row tiles' long K loops (_MX_WORDS_LONG_K_STEPS). Stream-K waits only on lower programs, which
+        # started first, so the schedule needs no co-residency.
+        long_words = config is not None and config.block_m == 8 and \
+            math.ceil(k / config.block_k) >= _MX_WORDS_LONG_K_STEPS
+        spec, num_sms = dataclasses.replace(spec, num_sms=(4 if long_words else 2) * spec.num_sms), None
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
     readable = hopper_steps(plan.config) if layout == "hopper" else plan.config
     readable = dataclasses.replace(readable, whole_store=False)  # whole-tile stores are measured on dense tiles only
