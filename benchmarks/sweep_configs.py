@@ -3,7 +3,9 @@ behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmalo
 (BK in elements; tma = TMA loads + TMA store + flattened loop; whole = with tma, one TMA store a tile rather than two
 halves; default schedule pers; noalign = Stream-K split evenly over the whole budget, not over a grid aligned to the
 tiles; MXFP4 GEMMs also take "swap" (W @ A^T) and "prefetch", see benchmarks/sweep_mxfp4.py). A shape of four
-numbers, BxMxNxK, is a batched product (smgemm.bmm against torch.bmm on [B, M, K] @ [B, K, N]).
+numbers, BxMxNxK, is a batched product (smgemm.bmm against torch.bmm on [B, M, K] @ [B, K, N]). "stage" / "nostage"
+copy operands whose rows the tile cannot read at full speed into aligned buffers first, or read them in place
+(`smgemm.plan.overrides(stage=...)`; without either the planner weighs the copy).
 
     PYTHONPATH=src python benchmarks/sweep_configs.py --shapes 128x8192x8192 \\
         --variants "128x128x64 w8 s4 sk;128x128x64 w8 s4 tma sk"
@@ -94,7 +96,10 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
             else:
                 cfg, sched = parse_variant(name)
                 kw = {"config": cfg, "schedule": sched}
-            with unaligned_streamk() if "noalign" in name.split() else contextlib.nullcontext():
+            words = name.split()
+            staging = True if "stage" in words else False if "nostage" in words else None
+            with unaligned_streamk() if "noalign" in words else contextlib.nullcontext(), \
+                    smgemm.plan.overrides(stage=staging):
                 err, t = run(kw)
             row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,
                         "err": f"{err:.1e}"})

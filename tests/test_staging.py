@@ -9,7 +9,7 @@ import torch
 
 import smgemm
 from reference import assert_gemm_close, randn
-from smgemm._device import INTERPRETER_SPEC
+from smgemm._device import INTERPRETER_SPEC, tf32_enabled
 from smgemm._launch import Operands, row_alignment, stage, staged, static_args, tma_mode
 from smgemm.plan import INPLACE_CONFIGS, decide, inplace_time, make_plan, modelled_time
 
@@ -143,3 +143,57 @@ def test_overrides_stage_must_be_bool():
     with pytest.raises(TypeError, match="stage must be a bool"):
         with smgemm.plan.overrides(stage=1):
             pass
+
+
+def _vector_cases(device):
+    """(name, a, b, A_VEC, B_VEC): operands read in place through pointers, their K-contiguous rows aligned to 2-16
+    elements, and the alignment the kernel may assume (1 where a base is not 16-byte aligned, or K is not the unit
+    stride's axis)."""
+    f16 = torch.float16
+    return [
+        ("k-40", randn((24, 40), f16, device), randn((48, 40), f16, device).t(), 8, 8),
+        ("stride-44", randn((24, 44), f16, device)[:, :41], randn((48, 44), f16, device)[:, :41].t(), 4, 4),
+        ("stride-42", randn((24, 42), f16, device)[:, :37], randn((48, 42), f16, device)[:, :37].t(), 2, 2),
+        ("base-4-bytes-in", randn((24, 50), f16, device)[:, 2:40], randn((48, 44), f16, device)[:, 2:40].t(), 1, 1),
+        ("a-col-major-b-row-major", randn((24, 42), f16, device, transposed=True)[:, :37],
+         randn((37, 42), f16, device), 1, 1),
+        ("fp32-stride-6", randn((24, 6), torch.float32, device)[:, :5],
+         randn((48, 6), torch.float32, device)[:, :5].t(), 2, 2),
+    ]
+
+
+def test_pointer_loads_assume_only_the_rows_true_alignment(device):
+    """Rows aligned to 2, 4 or 8 elements load that many at a time (the kernel's A_VEC / B_VEC hints); the hints
+    never claim more than the rows have (a wrong one would load across rows on a GPU), and results stay right."""
+    cfg = smgemm.TileConfig(64, 64, 32, num_warps=4, num_stages=3)
+    for name, a, b, vec_a, vec_b in _vector_cases(device):
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        out = torch.full((m, n), float("nan"), dtype=a.dtype, device=device)
+        with smgemm.plan.overrides(stage=False, config=cfg):
+            plan = decide(m, n, k, a.dtype, INTERPRETER_SPEC,
+                          operands=((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))))
+            assert not (plan.stage_a or plan.stage_b)
+            _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
+            assert (meta["A_DESC"], meta["B_DESC"], meta["A_VEC"], meta["B_VEC"]) == (
+                "pointers", "pointers", vec_a, vec_b), name
+            for schedule in SCHEDULES:
+                got = smgemm.matmul(a, b, schedule=schedule, out=out)
+                assert_gemm_close(got, a, b, tf32=a.dtype == torch.float32 and tf32_enabled()), (name, schedule)
+
+
+def test_batched_pointer_loads_assume_the_batch_strides_alignment(device):
+    """A batched operand's matrices start a batch stride apart: an odd batch stride leaves only the first one aligned,
+    so its rows get no hint, whatever their own stride."""
+    f16 = torch.float16
+    flat = randn((3 * (24 * 42 + 1),), f16, device)
+    a = flat.as_strided((3, 24, 37), (24 * 42 + 1, 42, 1))  # rows 42 apart (2 elements), matrices 1009 apart
+    b = randn((3, 48, 42), f16, device)[:, :, :37].transpose(1, 2)  # columns aligned to 2, matrices 2016 apart
+    out = torch.empty(3, 24, 48, dtype=f16, device=device)
+    cfg = smgemm.TileConfig(64, 64, 32, num_warps=4, num_stages=3)
+    plan = make_plan(24, 48, 37, f16, INTERPRETER_SPEC, config=cfg, schedule="persistent", batch=3)
+    _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
+    assert (meta["A_VEC"], meta["B_VEC"]) == (1, 2)
+    with smgemm.plan.overrides(stage=False, config=cfg):
+        got = smgemm.bmm(a, b)
+    for i in range(3):
+        assert_gemm_close(got[i], a[i], b[i])

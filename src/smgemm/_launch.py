@@ -83,6 +83,8 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     # only: a C tile's layout conversion takes another 32 KB (128 x 256 x 64 at 3 stages: 246 KB whole, 213 KB in
     # halves, benchmarks/compile_report.py on triton 3.6), and a 4-byte C is added and stored in quarters anyway.
     whole = cfg.whole_store and out.element_size() <= 2 and (c is None or stride_cm == 0)
+    a_vec = 1 if a_mx or a_mode else _batch_vector(vector_elements(a, 1), batch[1])
+    b_vec = 1 if b_mx or b_mode else _batch_vector(vector_elements(b, 0), batch[2])
     ints = (  # gemm_kernel's groups: shape, the strides of A, B, D, C, the scales, the MXFP4 scales, batch, schedule
         (out.shape[0], out.shape[1], a.shape[1]),
         (a.data.stride(0), 1) if a_mx else tuple(a.stride()),
@@ -104,7 +106,7 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         A_DESC=_READS[a_mode], B_DESC=_READS[b_mode],
         FLATTEN=cfg.flatten, D_DESC=0 if d_mode != 1 else 1 if whole else 2,
         MX_SWAP=b_mx and cfg.mx_swap, MX_PREFETCH=b_mx and cfg.mx_prefetch,
-        BATCHED=batched,
+        BATCHED=batched, A_VEC=a_vec, B_VEC=b_vec,
     )
     return ints, meta
 
@@ -153,6 +155,24 @@ def row_alignment(t: torch.Tensor) -> int:
     elem = t.element_size()
     base = (t.data_ptr() & -t.data_ptr()) // elem if t.data_ptr() else 16
     return min(16, base, outer & -outer if outer else 16)
+
+
+def vector_elements(t: torch.Tensor, k_dim: int) -> int:
+    """The elements (1, 2, 4, 8 or 16) at which every K-contiguous run of dense 2-D operand `t` starts, for the
+    kernel's pointer loads (`kernels.common._dense_pointers`): the alignment of its outer stride where its K axis
+    (`k_dim`: 1 for A [M, K], 0 for B [K, N]) has unit stride and its base is 16-byte aligned, 1 otherwise. Only a
+    16-byte aligned base counts: that is what Triton knows of a pointer argument, and what a repeat call's key
+    (`_gemm._tensor_signature`) records besides the strides."""
+    if t.stride(k_dim) != 1 or t.data_ptr() % 16:
+        return 1
+    outer = t.stride(1 - k_dim)
+    return min(16, outer & -outer) if outer > 0 else 1
+
+
+def _batch_vector(vec: int, batch_stride: int) -> int:
+    """`vector_elements` of a batched operand's matrices: each matrix's base is a multiple of the batch stride
+    past the first's (0: one matrix broadcast, every base the same)."""
+    return min(vec, batch_stride & -batch_stride) if batch_stride > 0 else vec
 
 
 # The staging copy's blocks and warps: under an SM budget a persistent grid of at most that many programs; on the

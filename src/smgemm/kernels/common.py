@@ -351,6 +351,7 @@ def k_loop(
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
     MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr, STREAMK: tl.constexpr = False,
+    A_VEC: tl.constexpr = 1, B_VEC: tl.constexpr = 1,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end),
     for `shape` (M, N, K) and the (row, column) strides of A [M, K] and B [K, N] (of an MXFP4 operand's packed data,
@@ -362,6 +363,8 @@ def k_loop(
     descriptor (TMA on Hopper) over the operand as stored, A [M, K] / B [K, N]; "transposed", a descriptor over its
     transpose, A^T [K, M] / B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past
     the edge with zeros. BATCHED: the descriptors are 3-D, [batch, rows, cols], read at matrix `matrix`.
+    A_VEC / B_VEC: a dense operand read through pointers whose K-contiguous rows (A) / columns (B) start at multiples
+    of this many elements (`_launch.vector_elements`); 1 where that is unknown or not so.
     MXFP4 operands (B_MX: B given as an [N, K/2] weight; A_MX: A stored [M, K/2]) go to `k_loop_mx`; A_MX / B_MX
     are "" for a dense operand, else the MXFP4 operand's byte layout ("ocp" or "hopper", `mxfp4.LAYOUTS`).
     INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
@@ -398,7 +401,7 @@ def k_loop(
         acc = k_loop_dense(
             a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, matrix, iter_start,
             iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_DESC, B_DESC,
-            BATCHED,
+            BATCHED, A_VEC, B_VEC,
         )
     return acc
 
@@ -454,15 +457,26 @@ def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k
 
 @triton.jit
 def _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, k0, stride_am, stride_ak, stride_bk, stride_bn,
-                    A_DESC: tl.constexpr, B_DESC: tl.constexpr):
-    """Pointers to the [BM, BK] A and [BK, BN] B blocks at K offset k0 of operands read through pointers; an
-    operand read through a descriptor gets its base back, never read as a pointer."""
+                    A_DESC: tl.constexpr, B_DESC: tl.constexpr, A_VEC: tl.constexpr = 1, B_VEC: tl.constexpr = 1):
+    """Pointers to the [BM, BK] A and [BK, BN] B blocks at K offset k0 (a multiple of BLOCK_K) of operands read
+    through pointers; an operand read through a descriptor gets its base back, never read as a pointer.
+
+    Triton vectorizes a load only as far as it can prove the alignment of each contiguous run, and it learns a
+    stride's only from its own specialisation (divisible by 16). A_VEC / B_VEC (`k_loop`) tell it that every K-run
+    starts at a multiple of that many elements, so rows aligned to 2, 4 or 8 elements load 4, 8 or 16 bytes at a
+    time (and asynchronously) instead of one element at a time."""
     p_a = a_ptr
     p_b = b_ptr
     if A_DESC == "pointers":
-        p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
+        off_a = offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
+        if A_VEC > 1:
+            off_a = tl.multiple_of(off_a, [1, A_VEC])
+        p_a = a_ptr + off_a
     if B_DESC == "pointers":
-        p_b = b_ptr + (k0 + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+        off_b = (k0 + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+        if B_VEC > 1:
+            off_b = tl.multiple_of(off_b, [B_VEC, 1])
+        p_b = b_ptr + off_b
     return p_a, p_b
 
 
@@ -471,7 +485,8 @@ def k_loop_dense(
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, matrix, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
-    A_DESC: tl.constexpr, B_DESC: tl.constexpr, BATCHED: tl.constexpr,
+    A_DESC: tl.constexpr, B_DESC: tl.constexpr, BATCHED: tl.constexpr, A_VEC: tl.constexpr = 1,
+    B_VEC: tl.constexpr = 1,
 ):
     """k_loop for dense operands (bf16, fp16, fp32, fp8).
 
@@ -482,7 +497,7 @@ def k_loop_dense(
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
     p_a, p_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, iter_start * BLOCK_K, stride_am, stride_ak,
-                               stride_bk, stride_bn, A_DESC, B_DESC)
+                               stride_bk, stride_bn, A_DESC, B_DESC, A_VEC, B_VEC)
     PEEL: tl.constexpr = not EVEN_K and (A_DESC == "pointers" or B_DESC == "pointers")
     full_end = iter_end
     if PEEL:
@@ -498,7 +513,7 @@ def k_loop_dense(
     if PEEL:
         if full_end < iter_end:  # the K tail, masked; its pointers formed anew, so the loop's die with the loop
             t_a, t_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, full_end * BLOCK_K, stride_am,
-                                       stride_ak, stride_bk, stride_bn, A_DESC, B_DESC)
+                                       stride_ak, stride_bk, stride_bn, A_DESC, B_DESC, A_VEC, B_VEC)
             acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, matrix, offs_k, BLOCK_M,
                               BLOCK_N, BLOCK_K, True, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED)
     return acc
