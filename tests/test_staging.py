@@ -10,7 +10,7 @@ import torch
 import smgemm
 from reference import assert_gemm_close, randn
 from smgemm._device import INTERPRETER_SPEC, tf32_enabled
-from smgemm._launch import Operands, row_alignment, stage, staged, static_args, tma_mode
+from smgemm._launch import Operands, operand_alignment, row_alignment, stage, staged, static_args, tma_mode
 from smgemm.plan import INPLACE_CONFIGS, decide, inplace_time, make_plan, modelled_time
 
 SCHEDULES = ("data_parallel", "persistent", "streamk")
@@ -69,7 +69,7 @@ def test_staged_operands_take_the_descriptor_path(device):
     cfg = smgemm.TileConfig(128, 128, 64, num_warps=8, tma=True, tma_store=True, flatten=True)
     with smgemm.plan.overrides(stage=True):
         plan = decide(256, 512, 37, torch.float16, INTERPRETER_SPEC, config=cfg,
-                      operands=((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))))
+                      operands=((a.numel(), *operand_alignment(a, 1)), (b.numel(), *operand_alignment(b, 0))))
     assert plan.stage_a and plan.stage_b
     _, meta = static_args(plan, staged(plan, Operands(a, b, out)), 0, 0, False)
     assert (meta["A_DESC"], meta["B_DESC"]) == ("stored", "transposed")
@@ -88,7 +88,7 @@ def test_staged_operands_take_the_descriptor_path(device):
     (225, 8214, 115, False),
 ])
 def test_planner_stages_where_it_pays(m, n, k, expect):
-    operands = ((m * k, 1), (n * k, 1))  # odd K: rows aligned to one element
+    operands = ((m * k, 1, 1), (n * k, 1, 1))  # odd K: rows aligned to one element
     plan = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=operands)
     assert (plan.stage_a or plan.stage_b) == expect
     aligned = make_plan(m, n, k, torch.bfloat16, INTERPRETER_SPEC)
@@ -101,6 +101,33 @@ def test_planner_stages_where_it_pays(m, n, k, expect):
     for num_sms in (8, 66):  # a budget copies as slowly as its SMs: the rule still holds where the GEMM dominates
         budgeted = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, num_sms=num_sms, operands=operands)
         assert budgeted.sm_budget == num_sms and (budgeted.stage_a or budgeted.stage_b) == expect
+
+
+@pytest.mark.parametrize("m, n, k, in_place", [
+    (72, 264, 5820, True),     # 4 K steps a program (Stream-K over 130 programs)
+    (388, 137, 1084, True),    # 9 steps
+    (543, 81, 15500, True),    # 35 steps, but copying 17 MB costs about what the GEMM does
+    (362, 496, 1740, False),   # 14 steps, 48 programs: twice the loads cost more than the copy (measured)
+    (608, 239, 1724, False),
+])
+def test_pointer_tiles_read_eight_byte_runs_in_place(m, n, k, in_place):
+    """Rows aligned to 4 bf16 elements (8 bytes) but not 16: the planner's pointer tiles read them where they lie in
+    short K loops, or where a copy would cost about as much as the GEMM (plan._SHORT_RUN_BYTES, measured); aligned
+    to 2, they are copied first, as odd ones."""
+    four = ((m * k, 4, 4), (n * k, 4, 4))
+    plan = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=four)
+    assert not plan.config.tma and (plan.stage_a or plan.stage_b) != in_place
+    assert dataclasses.replace(plan, stage_a=False, stage_b=False) == make_plan(m, n, k, torch.bfloat16,
+                                                                                INTERPRETER_SPEC)
+    sixteen_bytes = ((m * k, 8, 8), (n * k, 8, 8))  # runs as wide as aligned rows' loads: read in place
+    assert decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=sixteen_bytes) == make_plan(
+        m, n, k, torch.bfloat16, INTERPRETER_SPEC)
+    # 4-byte runs, or 8-byte rows that are M-contiguous (a column-major A: no K-runs for the pointer loads), are
+    # copied first or read by the 32-deep tiles made for element loads, never by the plan's tile as if aligned
+    two = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=((m * k, 2, 2), (n * k, 2, 2)))
+    assert (two.stage_a and two.stage_b) or two.config in INPLACE_CONFIGS
+    a_col = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=((m * k, 4, 1), (n * k, 4, 4)))
+    assert a_col.stage_a or a_col.config in INPLACE_CONFIGS
 
 
 def test_inplace_tile_is_modelled_slower_than_the_aligned_one():
@@ -122,20 +149,23 @@ def test_stage_copies_two_operands_in_one_launch(device):
 
 
 def test_staging_follows_the_alignment_the_tile_needs():
-    big = ((4096 * 4096, 16), (4096 * 4096, 16))
+    big = ((4096 * 4096, 16, 16), (4096 * 4096, 16, 16))
     plan = decide(4096, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC, operands=big)
     assert plan.config.tma and not (plan.stage_a or plan.stage_b)
-    # rows 16 bytes apart but not 16 elements: TMA reads them as they are; pointer tiles would load them element
-    # by element, so a pointer-path plan copies them
-    eight = ((4096 * 4104, 8), (4096 * 4104, 8))
+    # rows 16 bytes apart but not 16 elements: TMA reads them as they are, and so do pointer tiles told the K-runs'
+    # alignment; a pointer tile that cannot use it (rows M-contiguous, or runs of 4 bytes) copies them
+    eight = ((4096 * 4104, 8, 8), (4096 * 4104, 8, 8))
     plan = decide(4096, 4096, 4104, torch.bfloat16, INTERPRETER_SPEC, operands=eight)
     assert plan.config.tma and not (plan.stage_a or plan.stage_b)
     pointer_tile = smgemm.TileConfig(128, 64, 64, num_warps=4, num_stages=4)
     plan = decide(4096, 4096, 4104, torch.bfloat16, INTERPRETER_SPEC, config=pointer_tile, operands=eight)
+    assert not (plan.stage_a or plan.stage_b)
+    no_runs = ((4096 * 4104, 8, 1), (4096 * 4104, 8, 2))
+    plan = decide(4096, 4096, 4104, torch.bfloat16, INTERPRETER_SPEC, config=pointer_tile, operands=no_runs)
     assert plan.stage_a and plan.stage_b
     with smgemm.plan.overrides(stage=True):  # forcing copies only what is unaligned
         plan = decide(4096, 4096, 4104, torch.bfloat16, INTERPRETER_SPEC, config=pointer_tile,
-                      operands=((4096 * 4104, 16), (4096 * 4104, 2)))
+                      operands=((4096 * 4104, 16, 16), (4096 * 4104, 2, 2)))
     assert not plan.stage_a and plan.stage_b
 
 
@@ -171,7 +201,7 @@ def test_pointer_loads_assume_only_the_rows_true_alignment(device):
         out = torch.full((m, n), float("nan"), dtype=a.dtype, device=device)
         with smgemm.plan.overrides(stage=False, config=cfg):
             plan = decide(m, n, k, a.dtype, INTERPRETER_SPEC,
-                          operands=((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))))
+                          operands=((a.numel(), *operand_alignment(a, 1)), (b.numel(), *operand_alignment(b, 0))))
             assert not (plan.stage_a or plan.stage_b)
             _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
             assert (meta["A_DESC"], meta["B_DESC"], meta["A_VEC"], meta["B_VEC"]) == (

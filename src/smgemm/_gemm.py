@@ -26,7 +26,7 @@ from ._checks import (
     resolve_neg,
 )
 from ._device import device_spec, tf32_enabled
-from ._launch import Operands, Repeat, launch, row_alignment, run_cached, staged, static_args, tensor_args
+from ._launch import Operands, Repeat, launch, operand_alignment, run_cached, staged, static_args, tensor_args
 from .kernels.mx_expand import mx_expand_kernel
 from .mxfp4 import MXFP4Tensor
 from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, resolve_budget, whole_device
@@ -95,7 +95,8 @@ def gemm(
     tuned = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) if config is None and not batched else None
     plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
                   tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned, batch=batch,
-                  operands=None if batched else ((a.numel(), row_alignment(a)), (b.numel(), row_alignment(b))))
+                  operands=None if batched else ((a.numel(), *operand_alignment(a, 1)),
+                                                 (b.numel(), *operand_alignment(b, 0))))
     ops = staged(plan, Operands(a, b, out, c, scale_a, scale_b, smid_out))
     ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(ops.a, ops.b, out, c, scale_a, scale_b))
     return _finish(key, plan, ops, ints, meta, alpha, beta)

@@ -658,10 +658,45 @@ def hopper_steps(cfg: TileConfig) -> TileConfig:
     return cfg
 
 
-def row_alignment_needed(cfg: TileConfig, dtype: torch.dtype) -> int:
-    """The row alignment, in elements, at which tile `cfg` reads an operand at full speed: 16 bytes for TMA, 16
-    elements for pointer loads (Triton vectorizes them only where it knows the stride is a multiple of 16)."""
-    return 16 // element_bytes(dtype) if cfg.tma else 16
+# Pointer tiles read an operand where it lies, without a staging copy, when its K-runs (the K-contiguous rows of A,
+# columns of B) start at multiples of _POINTER_RUN_BYTES bytes, or of _SHORT_RUN_BYTES in plans whose programs run at
+# most _SHORT_RUN_MAX_STEPS K steps; the kernel then loads that many bytes at a time (`_launch.vector_elements`, the
+# kernel's A_VEC / B_VEC). On the H200 (bf16, benchmarks/sweep_configs.py, one run each):
+# * forced tiles read in place ("nostage") against the planner's staging, commit 5055ce2: 8-byte runs 72 x 264 x 5820
+#   17.0 -> 13.6 us (torch 12.9), 543 x 81 x 15500 33.0 -> 24.8; 4-byte runs lost (415 x 76 x 770: staged 10.2 us, in
+#   place 11.4-13.4; 881 x 224 x 2498: 18.9 against 23.0); TMA plans keep the copy (2048 x 2048 x 2044: staged 41.8
+#   us, pointer tiles in place 54.1 at best);
+# * planner rows of the random suite's problems with 8- and 16-byte runs, reading every such operand in place against
+#   the tree before the hints (docs/performance.md, "Any shape"): 12 of 15 ran faster (884 x 105 x 11400 38.6 ->
+#   23.1 us, 269 x 1090 x 604 10.9 -> 8.04), but the two with 8-byte runs and 14 K steps a program slower (362 x 496 x
+#   1740 14.6 -> 17.2, 608 x 239 x 1724 13.8 -> 17.6): a program that streams many steps alone on its SM issues twice
+#   the loads, while short loops are bound by the loads' latency.
+# Longer loops read 8-byte runs in place only where the copy is modelled to cost at least _SHORT_RUN_COPY_SHARE of
+# the GEMM (`decide`): of the rows above with longer loops, those at a modelled share of 0.85-0.86 (the two above)
+# ran slower in place, those at 1.05-1.06 faster (543 x 81 x 15500 33.3 -> 28.5, 171 x 1636 x 7580 47.0 -> 40.2);
+# 662 x 254 x 8868, at 0.73, ran 32.9 -> 31.7 and stays copied.
+_POINTER_RUN_BYTES = 16
+_SHORT_RUN_BYTES = 8
+_SHORT_RUN_MAX_STEPS = 10
+_SHORT_RUN_COPY_SHARE = 0.9
+
+
+def reads_at_full_speed(cfg: TileConfig, dtype: torch.dtype, rows: int, runs: int, steps: int) -> bool:
+    """Whether tile `cfg` reads an operand at full speed where it lies: `rows`, the elements to which its rows (or
+    columns, column-major) start aligned (`_launch.row_alignment`), `runs`, those of its K-runs as the kernel's
+    pointer loads use them (`_launch.vector_elements`), `steps`, the K steps a program of the plan runs. TMA needs
+    16-byte rows; pointer loads 16-element rows (Triton's own specialisation of the stride) or long enough K-runs
+    (the note above)."""
+    elem = element_bytes(dtype)
+    if cfg.tma:
+        return rows * elem >= 16
+    return rows >= 16 or runs * elem >= _POINTER_RUN_BYTES or (
+        runs * elem >= _SHORT_RUN_BYTES and steps <= _SHORT_RUN_MAX_STEPS)
+
+
+def steps_per_program(plan: Plan) -> int:
+    """The K steps the busiest program of `plan` runs: its tiles' K loops, spread evenly over the grid."""
+    return math.ceil(plan.num_tiles * plan.k_iters / plan.num_programs)
 
 
 # Tiles that read operands with unaligned rows in place (1- and 2-byte elements): 32 deep, so that a thread's
@@ -698,7 +733,7 @@ def copy_time(plan: Plan, dtype: torch.dtype, spec: DeviceSpec, elements: int) -
 
 def stage_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, elements: int) -> bool:
     """Whether copying `elements` elements whose rows are not aligned as the plan's tile reads them fastest
-    (`row_alignment_needed`) into aligned buffers before the GEMM is predicted faster than the same tile reading them
+    (`reads_at_full_speed`) into aligned buffers before the GEMM is predicted faster than the same tile reading them
     where they lie, which then runs `Rates.unaligned_slowdown` times its modelled time
     (`Rates.unaligned_decode_slowdown` with 16-row decode tiles). For a tile that `decide` may not change."""
     time = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
@@ -847,13 +882,14 @@ def decide(
     mx_a: bool = False,
     tuned: tuple[TileConfig, str] | None = None,
     batch: int = 1,
-    operands: tuple[tuple[int, int], tuple[int, int]] | None = None,
+    operands: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None,
 ) -> Plan:
     """The plan of a GEMM call: the one place that weighs, in order, an `overrides` block, the caller's `config`,
     a tuning file's entry (`tuned`, for schedule "auto" and no config), the MXFP4 rules (`mxfp4`: an MXFP4 weight
     in byte layout `mx_layout`, `dtype` the dot's dtype, `mx_a`: MXFP4 activations) and the model, and then, given
-    the dense `operands` A and B as (elements, row alignment in elements: `_launch.row_alignment`), whether to copy
-    those whose rows the tile cannot read at full speed into aligned buffers first (`stage_pays`)."""
+    the dense `operands` A and B as (elements, row and K-run alignment in elements: `_launch.operand_alignment`),
+    whether to copy those the tile cannot read at full speed (`reads_at_full_speed`) into aligned buffers first
+    (`stage_pays`)."""
     if _OVERRIDES.rates is not None:
         spec = dataclasses.replace(spec, rates=_OVERRIDES.rates)
     config = _OVERRIDES.config or config
@@ -869,11 +905,18 @@ def decide(
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch)
     if operands is None:
         return plan
-    needed = row_alignment_needed(plan.config, dtype)
-    slow = [elements if alignment < needed else 0 for elements, alignment in operands]
+    steps = steps_per_program(plan)
+    slow = [0 if reads_at_full_speed(plan.config, dtype, rows, runs, steps) else elements
+            for elements, rows, runs in operands]
+    stage = _OVERRIDES.stage
+    short = [elements if elements and not plan.config.tma and runs * element_bytes(dtype) >= _SHORT_RUN_BYTES else 0
+             for elements, (_, _, runs) in zip(slow, operands)]
+    if stage is None and any(short) and copy_time(plan, dtype, spec, sum(short)) >= _SHORT_RUN_COPY_SHARE * \
+            modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
+                          spec.rates, batch):
+        slow = [0 if runs else elements for elements, runs in zip(slow, short)]  # long loops too (the note above)
     if not any(slow):
         return plan
-    stage = _OVERRIDES.stage
     staged = dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)
     if config is not None or element_bytes(dtype) > 2 or plan.config.block_m <= 16:
         # A forced tile, 4-byte elements (which Triton still loads asynchronously) or a decode tile: the tile stays,
