@@ -227,3 +227,39 @@ def test_batched_pointer_loads_assume_the_batch_strides_alignment(device):
         got = smgemm.bmm(a, b)
     for i in range(3):
         assert_gemm_close(got[i], a[i], b[i])
+
+
+def test_vector_elements_never_overclaims():
+    """`_launch.vector_elements` against the addresses of random 2-D views of one buffer (random offsets, unit and
+    wide strides, both orientations, 1-, 2- and 4-byte elements): every K-run it reports aligned to v elements starts
+    a multiple of v elements past a 16-byte aligned base (what the kernel's hint claims; Triton adds the base's
+    alignment), so at an address aligned to min(16 bytes, v elements); and views of 8-element strides from an aligned
+    start get at least 8."""
+    import random
+
+    from smgemm._launch import vector_elements
+
+    rng = random.Random()
+    for _ in range(2000):
+        dtype = rng.choice([torch.float8_e4m3fn, torch.bfloat16, torch.float32])
+        buf = torch.empty(4096, dtype=dtype)
+        rows, cols = rng.randint(1, 9), rng.randint(1, 40)
+        k_dim = rng.choice([0, 1])  # 1: an A [M, K] (K along rows), 0: a B [K, N]
+        outer = rng.choice([cols, cols + rng.randint(1, 17), 8 * rng.randint(1, 8), rng.randint(1, 64)])
+        offset = rng.choice([0, rng.randint(0, 64)])
+        t = buf.as_strided((rows, cols), (outer, 1), offset)  # K-runs along dim 1
+        if k_dim == 0:
+            t = t.t()
+        vec = vector_elements(t, k_dim)
+        assert vec in (1, 2, 4, 8, 16)
+        base = t.data_ptr()
+        elem = t.element_size()
+        if vec > 1:
+            assert base % 16 == 0 and t.stride(k_dim) == 1
+            for r in range(t.shape[1 - k_dim]):
+                assert r * t.stride(1 - k_dim) % vec == 0, (t.shape, t.stride(), offset)
+                assert (base + r * t.stride(1 - k_dim) * elem) % min(16, vec * elem) == 0
+        if offset * elem % 16 == 0 and outer % 8 == 0:
+            assert vec >= 8
+        # a view whose K axis is not the unit stride gets no hint
+        assert vector_elements(t, 1 - k_dim) == 1 or t.stride(1 - k_dim) == 1
