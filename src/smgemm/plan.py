@@ -909,12 +909,14 @@ def decide(
     slow = [0 if reads_at_full_speed(plan.config, dtype, rows, runs, steps) else elements
             for elements, rows, runs in operands]
     stage = _OVERRIDES.stage
+    # 8-byte K-runs that a pointer tile reads in a longer loop stay where they lie too if copying them would cost
+    # about what the GEMM does (the note at _POINTER_RUN_BYTES)
     short = [elements if elements and not plan.config.tma and runs * element_bytes(dtype) >= _SHORT_RUN_BYTES else 0
              for elements, (_, _, runs) in zip(slow, operands)]
-    if stage is None and any(short) and copy_time(plan, dtype, spec, sum(short)) >= _SHORT_RUN_COPY_SHARE * \
-            modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
-                          spec.rates, batch):
-        slow = [0 if runs else elements for elements, runs in zip(slow, short)]  # long loops too (the note above)
+    gemm_time = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
+                              spec.rates, batch)
+    if stage is None and any(short) and copy_time(plan, dtype, spec, sum(short)) >= _SHORT_RUN_COPY_SHARE * gemm_time:
+        slow = [0 if runs else elements for elements, runs in zip(slow, short)]
     if not any(slow):
         return plan
     staged = dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)
@@ -929,8 +931,7 @@ def decide(
     budget = plan.sm_budget
     inplace = min(INPLACE_CONFIGS, key=lambda c: inplace_time(c, m, n, k, dtype, budget, spec, unaligned, batch))
     if stage is None:
-        staged_time = copy_time(plan, dtype, spec, sum(slow)) + max(spec.rates.launch_floor, modelled_time(
-            plan.config, m, n, k, dtype, budget, plan.schedule, spec.l2_bytes, plan.sk_waves, spec.rates, batch))
+        staged_time = copy_time(plan, dtype, spec, sum(slow)) + max(spec.rates.launch_floor, gemm_time)
         stage = staged_time < inplace_time(inplace, m, n, k, dtype, budget, spec, unaligned, batch)
     if stage:
         return staged
