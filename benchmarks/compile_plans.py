@@ -8,7 +8,8 @@ on a GPU user's call of that shape.
     python benchmarks/compile_plans.py --list       # the variants only, with a problem that picks each
     python benchmarks/compile_plans.py --sample 8   # 8 of them, spread over the grid (tests/test_compiles.py)
 
-The grid: dense bf16 / fp16 / fp8 / fp32 (TF32 and full precision) problems, rows aligned or not, B as an nn.Linear
+The grid: dense bf16 / fp16 / fp8 / fp32 (TF32 and full precision) problems, rows aligned to 16, 4 or 1 elements
+(read in place with 4-element K-runs, or element by element), B as an nn.Linear
 weight (with a bias or a C matrix in the output's dtype; also with an fp32 output) or row-major, A row- or
 column-major, 2-D and batched (with and without C), on the whole H200 and on 16 and 66 SMs, every schedule; MXFP4
 weights in both byte layouts with bf16, fp16 and MXFP4 activations. Each variant is compiled with 32- and with
@@ -52,9 +53,9 @@ class Variant:
         return f"{self.dtype} {'x'.join(map(str, self.tile))} w{self.warps} s{self.stages} {flags}"
 
 
-def _dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, batch, out=None) -> Variant:
+def _dense(m, n, k, dtype, budget, schedule, align, layout, has_c, batch, out=None) -> Variant:
     tf32 = dtype == torch.float32 and budget != 16  # fp32 both ways: TF32, and full precision on 16 SMs
-    align = 16 if aligned else 1
+    aligned = align == 16
     plan = decide(m, n, k, dtype, H200, schedule=schedule, num_sms=budget, tf32=tf32, batch=batch,
                   operands=None if batch > 1 else ((m * k, align, align), (k * n, align, align)))
     cfg = plan.config
@@ -67,6 +68,8 @@ def _dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, batch, out=
               whole_store=cfg.whole_store and out != "fp32" and has_c != "matrix",  # as _launch.static_args
               k_tail=not plan.even_k, unaligned=in_place, scales=dtype == torch.float8_e4m3fn,
               input_precision=plan.input_precision, out=out, c=out)
+    if in_place and align > 1:
+        kw["vec"] = align  # the K-runs' alignment the kernel is told (_launch.vector_elements)
     return Variant(_NAMES[dtype], (cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages,
                    tuple(sorted(kw.items())))
 
@@ -93,17 +96,17 @@ def variants() -> dict[Variant, str]:
         where = f"{m}x{n}x{k} num_sms={budget} {schedule}"
         layouts = (("nt", "row", None), ("nt", "matrix", None), ("nn", False, None), ("tn", False, None),
                    ("nt", False, "fp32"))
-        for dtype, aligned, (layout, has_c, out) in itertools.product(_NAMES, (True, False), layouts):
-            if not aligned and (dtype == torch.float8_e4m3fn or layout != "nt"):
+        for dtype, align, (layout, has_c, out) in itertools.product(_NAMES, (16, 4, 1), layouts):
+            if align < 16 and (dtype == torch.float8_e4m3fn or layout != "nt"):
                 continue  # fp8 operands must be aligned; one unaligned layout is enough
             if out is not None and dtype != torch.bfloat16:
                 continue  # a wider output than the inputs: bf16 in, fp32 out
-            found.setdefault(_dense(m, n, k, dtype, budget, schedule, aligned, layout, has_c, 1, out),
-                             f"{where} {_NAMES[dtype]} {'aligned' if aligned else 'unaligned'} {layout} c={has_c}"
+            found.setdefault(_dense(m, n, k, dtype, budget, schedule, align, layout, has_c, 1, out),
+                             f"{where} {_NAMES[dtype]} rows aligned to {align} {layout} c={has_c}"
                              f" out={out or 'as inputs'}")
         if m <= 1024 and n <= 4096:
             for dtype, has_c in itertools.product((torch.bfloat16, torch.float16), (False, "matrix")):
-                found.setdefault(_dense(m, n, k, dtype, budget, schedule, True, "nn", has_c, 8),
+                found.setdefault(_dense(m, n, k, dtype, budget, schedule, 16, "nn", has_c, 8),
                                  f"8 x {where} {_NAMES[dtype]} batched c={has_c}")
         for act, layout in itertools.product(("bf16", "fp16", "mxfp4"), ("ocp", "hopper")):
             has_c = act != "mxfp4" and "row"

@@ -29,6 +29,9 @@ VARIANTS = [
     ((8, 64, 256), 4, 4, dict(b_mx=True, mx_swap=True, mx_layout="hopper", streamk=True)),
     ((8, 64, 256), 4, 4, dict(use_int64=True, k_tail=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
     ((64, 64, 64), 4, 3, dict(use_int64=True, k_tail=True, unaligned=True)),
+    # rows read in place with the K-runs' alignment known (A_VEC / B_VEC): 4-byte and 8-byte loads
+    ((64, 64, 64), 4, 3, dict(use_int64=True, k_tail=True, unaligned=True, vec=2)),
+    ((64, 64, 128), 4, 4, dict(k_tail=True, unaligned=True, vec=4, streamk=True)),
     # "hopper" MXFP4 weights: the tiles of the largest weights at M <= 32; beyond them the swapped 128-row tiles, the
     # dense model's tile (plan.hopper_steps) and the 256 x 128 one
     ((16, 128, 128), 4, 4, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
