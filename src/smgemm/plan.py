@@ -667,10 +667,11 @@ def hopper_steps(cfg: TileConfig) -> TileConfig:
 #   place 11.4-13.4; 881 x 224 x 2498: 18.9 against 23.0); TMA plans keep the copy (2048 x 2048 x 2044: staged 41.8
 #   us, pointer tiles in place 54.1 at best);
 # * planner rows of the random suite's problems with 8- and 16-byte runs, reading every such operand in place against
-#   the tree before the hints (docs/performance.md, "Any shape"): 12 of 15 ran faster (884 x 105 x 11400 38.6 ->
-#   23.1 us, 269 x 1090 x 604 10.9 -> 8.04), but the two with 8-byte runs and 14 K steps a program slower (362 x 496 x
-#   1740 14.6 -> 17.2, 608 x 239 x 1724 13.8 -> 17.6): a program that streams many steps alone on its SM issues twice
-#   the loads, while short loops are bound by the loads' latency.
+#   the tree before the hints (docs/performance.md, "Any shape"): 10 of 15 ran faster (884 x 105 x 11400 38.6 ->
+#   23.1 us, 269 x 1090 x 604 10.9 -> 8.04), 2 level, and 3 slower: 640 x 1595 x 72, whose tile changed, and the two
+#   with 8-byte runs and 14 K steps a program (362 x 496 x 1740 14.6 -> 17.2, 608 x 239 x 1724 13.8 -> 17.6): a
+#   program that streams many steps alone on its SM issues twice the loads, while short loops are bound by the
+#   loads' latency.
 # Longer loops read 8-byte runs in place only where the copy is modelled to cost at least _SHORT_RUN_COPY_SHARE of
 # the GEMM (`decide`): of the rows above with longer loops, those at a modelled share of 0.85-0.86 (the two above)
 # ran slower in place, those at 1.05-1.06 faster (543 x 81 x 15500 33.3 -> 28.5, 171 x 1636 x 7580 47.0 -> 40.2);
