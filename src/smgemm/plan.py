@@ -909,6 +909,8 @@ def decide(
     steps = steps_per_program(plan)
     slow = [0 if reads_at_full_speed(plan.config, dtype, rows, runs, steps) else elements
             for elements, rows, runs in operands]
+    if not any(slow):
+        return plan
     stage = _OVERRIDES.stage
     # 8-byte K-runs that a pointer tile reads in a longer loop stay where they lie too if copying them would cost
     # about what the GEMM does (the note at _POINTER_RUN_BYTES)
