@@ -392,6 +392,23 @@ def test_persistent_four_warp_tiles_take_long_k_steps():
     assert sk.schedule == "streamk" and sk.config.block_k * 2 == 128 and sk.config.num_stages == 6
 
 
+def test_short_k_takes_short_steps_where_they_pad_less():
+    # 16-bit tiles of 128-byte K steps take 64-byte ones where those pad K by more than plan._LONG_STEP_PADDING less
+    # (K = 72: 96 against 128), and only there.
+    from smgemm.plan import _LONG_STEP_PADDING, _padded_k
+
+    for dtype in (torch.bfloat16, torch.float16):
+        for m, n, k in ((640, 1600, 72), (1024, 1024, 136), (2048, 2048, 80), (1822, 2056, 92), (1024, 1024, 160)):
+            cfg = make_plan(m, n, k, dtype, H200).config
+            assert cfg.block_k == 32, (m, n, k, cfg)
+            assert _padded_k(k, 64) > _LONG_STEP_PADDING * _padded_k(k, 32)
+        for m, n, k in ((1024, 1024, 64), (1024, 1024, 128), (4096, 4096, 4096), (1940, 3928, 120)):
+            assert make_plan(m, n, k, dtype, H200).config.block_k >= 64, (m, n, k)
+    # fp8 and fp32 keep their steps (measured on 16-bit tiles only)
+    assert make_plan(1024, 1024, 72, torch.float8_e4m3fn, H200).config.block_k >= 64
+    assert make_plan(1024, 1024, 72, torch.float32, H200).config.block_k * 4 >= 128
+
+
 def test_rates_of_other_devices_follow_their_memory_bandwidth():
     from types import SimpleNamespace
 

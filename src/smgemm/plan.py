@@ -134,6 +134,12 @@ _LONG_STEP_BYTES = 256
 # one run) the 10 problems of K 136-437 whose pick changed all ran faster, 1024 x 1024 x 160 7.8 -> 4.8 us (torch 4.1),
 # 567 x 1113 x 143 11.0 -> 6.3, 943 x 463 x 437 10.0 -> 9.2 (docs/performance.md).
 _LONG_STEP_PADDING = 1.1
+# The same weighing the other way at short K: 16-bit tiles take 64-byte K steps where 128-byte ones pad K by more
+# than _LONG_STEP_PADDING (K = 72: 128 against 96; K = 136: 192 against 160). On the H200 (benchmarks/sweep_configs.py,
+# bf16, forced variants in one run) 128 x 64 tiles ran 640 x 1600 x 72 5.36 -> 4.48 us, 1024 x 1024 x 72 5.34 ->
+# 4.48, 1024 x 1024 x 136 5.86 -> 5.04, 8370 x 110 x 136 6.70 -> 5.95; 128 x 256 TMA tiles 2048 x 2048 x 80 9.00 ->
+# 8.57 and 4096 x 4096 x 96 18.1 -> 18.4 (where the result's bytes set the time).
+_SHORT_STEP_BYTES = 64
 # Batched products on 128 x 128 Hopper-path tiles take the same 256-byte K steps (3 stages fit): on the H200
 # (benchmarks/sweep_configs.py, batched shapes) 32 x 2048 x 128 x 2048 ran 83.6 -> 80.7 us and 8 x 4096 x 128 x 4096
 # 79.9 -> 76.7 (0.96 -> 0.99x and 0.94 -> 0.98x of torch.bmm), MoE-like 64 x 256 x {1408, 4096} x {4096, 1408} within
@@ -407,6 +413,9 @@ def choose_config(
         if batch > 1 and bm * bn == 128 * 128 and not fma:
             block_k = _LONG_STEP_BYTES // elem  # batched 128 x 128 tiles: see _LONG_STEP_BYTES
         block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
+        if elem == 2 and not fma and block_k * elem == 2 * _SHORT_STEP_BYTES \
+                and _padded_k(k, block_k) > _LONG_STEP_PADDING * _padded_k(k, _SHORT_STEP_BYTES // elem):
+            block_k = _SHORT_STEP_BYTES // elem  # see _SHORT_STEP_BYTES
         stage_bytes = (bm + bn) * block_k * elem
         fit = (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes
         stages = min(3 if largest and bn > bm else 4, fit)
