@@ -402,11 +402,30 @@ def test_short_k_takes_short_steps_where_they_pad_less():
             cfg = make_plan(m, n, k, dtype, H200).config
             assert cfg.block_k == 32, (m, n, k, cfg)
             assert _padded_k(k, 64) > _LONG_STEP_PADDING * _padded_k(k, 32)
-        for m, n, k in ((1024, 1024, 64), (1024, 1024, 128), (4096, 4096, 4096), (1940, 3928, 120)):
+        for m, n, k in ((1024, 1024, 64), (1024, 1024, 128), (4096, 4096, 4096), (1024, 1024, 120)):
             assert make_plan(m, n, k, dtype, H200).config.block_k >= 64, (m, n, k)
     # fp8 and fp32 keep their steps (measured on 16-bit tiles only)
     assert make_plan(1024, 1024, 72, torch.float8_e4m3fn, H200).config.block_k >= 64
     assert make_plan(1024, 1024, 72, torch.float32, H200).config.block_k * 4 >= 128
+
+
+def test_short_k_over_a_wave_of_tiles_runs_data_parallel_on_the_whole_device():
+    # plan._OVERLAP_MAX_K: one 4-warp 128 x 128 program per tile, so that two on an SM overlap loads and stores
+    from smgemm.plan import _OVERLAP_TILE
+
+    for dtype in (torch.bfloat16, torch.float16):
+        for m, n, k, batch in ((2048, 2048, 80, 1), (1822, 2056, 92, 1), (1024, 1024, 128, 32)):
+            plan = make_plan(m, n, k, dtype, H200, batch=batch)
+            tiles = -(-m // 128) * -(-n // 128) * batch
+            assert (plan.schedule, plan.config, plan.num_programs) == ("data_parallel", _OVERLAP_TILE, tiles)
+            budgeted = make_plan(m, n, k, dtype, H200, num_sms=66, batch=batch)
+            assert budgeted.num_programs <= 66 and budgeted.config != _OVERLAP_TILE
+            forced = make_plan(m, n, k, dtype, H200, schedule="persistent", batch=batch)
+            assert forced.schedule == "persistent" and forced.config != _OVERLAP_TILE
+        # longer K, fewer tiles than SMs, or other dtypes: the model's plans
+        for m, n, k, d in ((2048, 2048, 160, dtype), (1024, 1024, 96, dtype), (2048, 2048, 80, torch.float8_e4m3fn),
+                           (2048, 2048, 80, torch.float32)):
+            assert make_plan(m, n, k, d, H200).config != _OVERLAP_TILE, (m, n, k, d)
 
 
 def test_rates_of_other_devices_follow_their_memory_bandwidth():

@@ -140,6 +140,12 @@ _LONG_STEP_PADDING = 1.1
 # 4.48, 1024 x 1024 x 136 5.86 -> 5.04, 8370 x 110 x 136 6.70 -> 5.95; 128 x 256 TMA tiles 2048 x 2048 x 80 9.00 ->
 # 8.57 and 4096 x 4096 x 96 18.1 -> 18.4 (where the result's bytes set the time).
 _SHORT_STEP_BYTES = 64
+# Short K loops over at least a wave of 128 x 128 tiles, on the whole device: one program per tile of 4 warps, through
+# pointers, two resident on each SM, so that one program's loads overlap another's result stores (a persistent
+# program runs its tiles' load, multiply and store one after another, and the store is most of a short tile). On the
+# H200 (benchmarks/sweep_configs.py, bf16, against the planner's persistent tiles in one run) 2048 x 2048 x 80 ran
+# 8.73 -> 6.48 us and 1822 x 2056 x 92 13.1 -> 8.76.
+_OVERLAP_MAX_K = 128
 # Batched products on 128 x 128 Hopper-path tiles take the same 256-byte K steps (3 stages fit): on the H200
 # (benchmarks/sweep_configs.py, batched shapes) 32 x 2048 x 128 x 2048 ran 83.6 -> 80.7 us and 8 x 4096 x 128 x 4096
 # 79.9 -> 76.7 (0.96 -> 0.99x and 0.94 -> 0.98x of torch.bmm), MoE-like 64 x 256 x {1408, 4096} x {4096, 1408} within
@@ -177,6 +183,9 @@ class TileConfig:
                 raise ValueError(f"TileConfig.{name} must be a power of two >= {least}, got {value}")
         if self.group_m < 1 or self.num_warps < 1 or self.num_stages < 1:
             raise ValueError(f"TileConfig fields must be positive, got {self}")
+
+
+_OVERLAP_TILE = TileConfig(128, 128, 32, num_warps=4, num_stages=3)  # see _OVERLAP_MAX_K
 
 
 @dataclass(frozen=True)
@@ -764,6 +773,15 @@ def whole_device(num_sms: int | None, spec: DeviceSpec) -> bool:
     return num_sms is None or num_sms >= spec.num_sms
 
 
+def _overlaps_stores(m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, num_sms: int | None,
+                     batch: int) -> bool:
+    """Whether a GEMM runs `_OVERLAP_TILE` data-parallel: 16-bit operands, K of at most _OVERLAP_MAX_K, at least a
+    wave of its tiles, the whole device."""
+    if element_bytes(dtype) != 2 or k > _OVERLAP_MAX_K or not whole_device(num_sms, spec):
+        return False
+    return math.ceil(m / 128) * math.ceil(n / 128) * batch >= spec.num_sms
+
+
 @functools.lru_cache(maxsize=4096)
 def make_plan(
     m: int,
@@ -789,6 +807,8 @@ def make_plan(
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     budget = resolve_budget(num_sms, spec)
     wanted = {"auto": ("persistent", "streamk"), "streamk": ("streamk",)}.get(schedule, ("persistent",))
+    if config is None and schedule == "auto" and _overlaps_stores(m, n, k, dtype, spec, num_sms, batch):
+        config, schedule, wanted = _OVERLAP_TILE, "data_parallel", ("persistent",)
     if config is None:
         cfg, chosen, sk_waves = choose_config(m, n, k, dtype, spec, budget, wanted,
                                               fma=dtype == torch.float32 and not tf32, batch=batch)
