@@ -410,11 +410,12 @@ def test_short_k_takes_short_steps_where_they_pad_less():
 
 
 def test_short_k_over_a_wave_of_tiles_runs_data_parallel_on_the_whole_device():
-    # plan._OVERLAP_MAX_K: one 4-warp 128 x 128 program per tile, so that two on an SM overlap loads and stores
+    # plan._OVERLAP_MAX_K: one 4-warp 128 x 128 program per tile where one or two waves of them cover the output, so
+    # that two on an SM overlap loads and stores
     from smgemm.plan import _OVERLAP_TILE
 
     for dtype in (torch.bfloat16, torch.float16):
-        for m, n, k, batch in ((2048, 2048, 80, 1), (1822, 2056, 92, 1), (1024, 1024, 128, 32)):
+        for m, n, k, batch in ((2048, 2048, 80, 1), (1822, 2056, 92, 1), (1408, 1536, 96, 1), (512, 1024, 128, 8)):
             plan = make_plan(m, n, k, dtype, H200, batch=batch)
             tiles = -(-m // 128) * -(-n // 128) * batch
             assert (plan.schedule, plan.config, plan.num_programs) == ("data_parallel", _OVERLAP_TILE, tiles)
@@ -422,9 +423,9 @@ def test_short_k_over_a_wave_of_tiles_runs_data_parallel_on_the_whole_device():
             assert budgeted.num_programs <= 66 and budgeted.config != _OVERLAP_TILE
             forced = make_plan(m, n, k, dtype, H200, schedule="persistent", batch=batch)
             assert forced.schedule == "persistent" and forced.config != _OVERLAP_TILE
-        # longer K, fewer tiles than SMs, or other dtypes: the model's plans
-        for m, n, k, d in ((2048, 2048, 160, dtype), (1024, 1024, 96, dtype), (2048, 2048, 80, torch.float8_e4m3fn),
-                           (2048, 2048, 80, torch.float32)):
+        # longer K, fewer tiles than SMs, more than two waves of them, or other dtypes: the model's plans
+        for m, n, k, d in ((2048, 2048, 160, dtype), (1024, 1024, 96, dtype), (4096, 4096, 96, dtype),
+                           (2048, 2048, 80, torch.float8_e4m3fn), (2048, 2048, 80, torch.float32)):
             assert make_plan(m, n, k, d, H200).config != _OVERLAP_TILE, (m, n, k, d)
 
 
@@ -540,12 +541,16 @@ def test_hopper_tiles_store_whole_where_the_output_tile_fits_beside_the_pipeline
 
 
 def test_tiles_above_m_64_have_at_least_64_rows():
-    # 32-row tiles move half again the bytes per multiply-add of 64-row ones (plan._MIN_ROWS_ABOVE_STREAMING); up to
-    # M = 64 a tile covers every row of A, so 16- and 32-row tiles remain there.
-    for m, n, k in ((881, 224, 2498), (96, 2048, 4096), (72, 264, 5820), (1000, 200, 3000), (415, 76, 770)):
+    # 32-row tiles move half again the bytes per multiply-add of 64-row ones (plan._MIN_ROWS_ABOVE_STREAMING): above
+    # M = 64 only Stream-K plans, whose programs each stream a short part of a K loop, take them, and no thinner ones;
+    # up to M = 64 a tile covers every row of A, so 16- and 32-row tiles remain there.
+    for m, n, k in ((881, 224, 2498), (96, 2048, 4096), (72, 264, 5820), (1000, 200, 3000), (415, 76, 770),
+                    (72, 90, 2718), (153, 177, 2961)):
         for dtype in (torch.bfloat16, torch.float16):
             for num_sms in (None, 16):
-                assert make_plan(m, n, k, dtype, H200, num_sms=num_sms).config.block_m >= 64, (m, n, k, dtype)
+                plan = make_plan(m, n, k, dtype, H200, num_sms=num_sms)
+                assert plan.config.block_m >= (32 if plan.schedule == "streamk" else 64), (m, n, k, dtype, plan)
+    assert make_plan(72, 264, 5820, torch.bfloat16, H200).config.block_m == 32
     assert make_plan(32, 4096, 4096, torch.bfloat16, H200).config.block_m == 32
     assert make_plan(48, 4096, 4096, torch.bfloat16, H200).config.block_m == 64
     # Where no 64-row tile fits its shared memory (64 KB a block: 128 x 128 elements of 2 bytes a stage, two stages

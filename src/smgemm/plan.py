@@ -402,9 +402,8 @@ def choose_config(
     for bm, bn, warps in _CANDIDATE_TILES:
         if bm > max_m or bn > max_n or (one_row and bm < max_m) or (fma and bm * bn > _FMA_MAX_TILE):
             continue
-        if wide_rows and m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 \
-                and not fma:
-            continue
+        thin = wide_rows and m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 \
+            and not fma  # only Stream-K plans take these tiles (see _MIN_ROWS_ABOVE_STREAMING)
         if skinny and bm * bn == 128 * 128 and not fma:
             continue
         if (bm, bn) == (256, 128) and (batch == 1 or n > bn or fma or budget >= spec.num_sms):
@@ -434,7 +433,7 @@ def choose_config(
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
         for schedule, waves in _candidates(schedules):
-            if skinny and largest and schedule == "streamk":
+            if (skinny and largest and schedule == "streamk") or (thin and (schedule != "streamk" or bm < 32)):
                 continue
             chosen, factor = cfg, 1.0
             if schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
@@ -775,11 +774,11 @@ def whole_device(num_sms: int | None, spec: DeviceSpec) -> bool:
 
 def _overlaps_stores(m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, num_sms: int | None,
                      batch: int) -> bool:
-    """Whether a GEMM runs `_OVERLAP_TILE` data-parallel: 16-bit operands, K of at most _OVERLAP_MAX_K, at least a
-    wave of its tiles, the whole device."""
+    """Whether a GEMM runs `_OVERLAP_TILE` data-parallel: 16-bit operands, K of at most _OVERLAP_MAX_K, one or two
+    waves of its tiles, the whole device."""
     if element_bytes(dtype) != 2 or k > _OVERLAP_MAX_K or not whole_device(num_sms, spec):
         return False
-    return math.ceil(m / 128) * math.ceil(n / 128) * batch >= spec.num_sms
+    return spec.num_sms <= math.ceil(m / 128) * math.ceil(n / 128) * batch <= 2 * spec.num_sms
 
 
 @functools.lru_cache(maxsize=4096)
