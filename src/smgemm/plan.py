@@ -6,7 +6,8 @@ Plain Python, no GPU and no Triton: everything here is unit-tested on the CPU wi
 Tile and schedule selection (`choose_config`, `modelled_time`) is a small analytical model, not autotuning:
 
 * candidates are a fixed list of (BLOCK_M, BLOCK_N) shapes; BLOCK_K gives 128-byte rows of A and B
-  (twice that when M <= 64 and the GEMM is bound by streaming B, four times when M <= 32); up to M = 64 the tile
+  (twice that when M <= 64 and the GEMM is bound by streaming B, four times when M <= 32; 64-byte rows where the
+  longer steps would pad a short K by more than a tenth, `_SHORT_STEP_BYTES`); up to M = 64 the tile
   covers all of M's rows, so that B is streamed once (`choose_config`'s `one_row`); skinny GEMMs (64 < M <= 128)
   follow measured rules instead of the efficiency model (`_SKINNY_MAX_M`);
 * a tile's efficiency is its arithmetic intensity BM*BN/(BM+BN) relative to the 128x256 tile (capped at 1): a
@@ -40,7 +41,10 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   (`_deep_streamk`, measured);
 * tiles of 128 x 128 and more take the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`), smaller ones
   the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
-  rate than its intensity says (`Rates.hopper_efficiency_exponent`).
+  rate than its intensity says (`Rates.hopper_efficiency_exponent`);
+* one measured exception to the model: on the whole device, 16-bit K loops of at most 128 over one or two waves of
+  128 x 128 tiles run one 4-warp pointer program per tile, two an SM (`_OVERLAP_MAX_K`): the model has no term for
+  the result's store, which such short tiles are mostly made of.
 """
 
 from __future__ import annotations
@@ -109,6 +113,10 @@ _SKINNY_MAX_M = 128
 # 3773 26.4 -> 24.1, 1000 x 200 x 3000 21.9 -> 20.0, 356 x 98 x 1781 13.4 -> 12.8, 388 x 137 x 1084 10.9 -> 10.3,
 # 500 x 500 x 2048 9.66 -> 9.07, 415 x 76 x 770 9.83 -> 9.79; 100 x 1000 x 1000 ran 12.5 -> 12.6, 370 x 113 x 767
 # 9.98 -> 10.3 and 72 x 264 x 5820 15.7 -> 17.0.
+# Stream-K plans still take 32-row tiles: each program streams only a short part of one tile's K loop, and the thinner
+# tile doubles the tiles to split. The planner at 6ffba22 against the 64-row plans it made before, forced, in one run
+# (benchmarks/sweep_configs.py, bf16): 72 x 90 x 2718 15.0 -> 11.6 us, 72 x 264 x 5820 13.5 -> 12.0, 356 x 98 x 1781
+# 12.6 -> 10.7, 153 x 177 x 2961 15.9 -> 11.5, 75 x 1503 x 3773 24.7 -> 24.7.
 _MIN_ROWS_ABOVE_STREAMING = 64
 # Few-tile Stream-K over a grid aligned to the tiles: each program streams one contiguous part of one tile's K-loop
 # with nothing else to overlap, and 64 x 128 pointer tiles with 128-byte K steps ran faster with 6 pipeline stages
@@ -136,15 +144,17 @@ _LONG_STEP_BYTES = 256
 _LONG_STEP_PADDING = 1.1
 # The same weighing the other way at short K: 16-bit tiles take 64-byte K steps where 128-byte ones pad K by more
 # than _LONG_STEP_PADDING (K = 72: 128 against 96; K = 136: 192 against 160). On the H200 (benchmarks/sweep_configs.py,
-# bf16, forced variants in one run) 128 x 64 tiles ran 640 x 1600 x 72 5.36 -> 4.48 us, 1024 x 1024 x 72 5.34 ->
-# 4.48, 1024 x 1024 x 136 5.86 -> 5.04, 8370 x 110 x 136 6.70 -> 5.95; 128 x 256 TMA tiles 2048 x 2048 x 80 9.00 ->
-# 8.57 and 4096 x 4096 x 96 18.1 -> 18.4 (where the result's bytes set the time).
+# bf16, forced variants in one run at c70076f) 128 x 64 tiles ran 640 x 1600 x 72 5.36 -> 4.48 us, 1024 x 1024 x 72
+# 5.34 -> 4.48, 1024 x 1024 x 136 5.86 -> 5.04, 8370 x 110 x 136 6.70 -> 5.95; 128 x 256 TMA tiles 2048 x 2048 x 80
+# 9.00 -> 8.57 and 4096 x 4096 x 96 18.1 -> 18.4 (where the result's bytes set the time).
 _SHORT_STEP_BYTES = 64
-# Short K loops over at least a wave of 128 x 128 tiles, on the whole device: one program per tile of 4 warps, through
-# pointers, two resident on each SM, so that one program's loads overlap another's result stores (a persistent
-# program runs its tiles' load, multiply and store one after another, and the store is most of a short tile). On the
-# H200 (benchmarks/sweep_configs.py, bf16, against the planner's persistent tiles in one run) 2048 x 2048 x 80 ran
-# 8.73 -> 6.48 us and 1822 x 2056 x 92 13.1 -> 8.76.
+# Short K loops over one or two waves of 128 x 128 tiles, on the whole device: one program per tile of 4 warps, through
+# pointers, two resident on each SM, so that one program's loads overlap another's result stores, and no program
+# builds TMA descriptors for a loop of a few steps. On the H200 (benchmarks/sweep_configs.py, bf16, the planner with the
+# rule at 7ddb104 against 878f390's in one run) 2048 x 2048 x 80 ran 8.53 -> 6.35 us, 1822 x 2056 x 92 12.8 -> 8.62,
+# 2048 x 2048 x 128 8.84 -> 6.40, 1500 x 1500 x 72 8.77 -> 7.86, 1408 x 1536 x 96 7.34 -> 4.42. Over more waves the
+# persistent 128 x 256 TMA tiles stay faster: 1940 x 3928 x 120 (496 tiles) 13.6 against 17.4, 4096 x 4096 x 96
+# 18.3 against 19.0, 8192 x 8192 x 128 50.1 against 69.8, batched 32 x 2048 x 2048 x 128 94.5 against 157.
 _OVERLAP_MAX_K = 128
 # Batched products on 128 x 128 Hopper-path tiles take the same 256-byte K steps (3 stages fit): on the H200
 # (benchmarks/sweep_configs.py, batched shapes) 32 x 2048 x 128 x 2048 ran 83.6 -> 80.7 us and 8 x 4096 x 128 x 4096
