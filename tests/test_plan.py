@@ -402,7 +402,9 @@ def test_short_k_takes_short_steps_where_they_pad_less():
             cfg = make_plan(m, n, k, dtype, H200).config
             assert cfg.block_k == 32, (m, n, k, cfg)
             assert _padded_k(k, 64) > _LONG_STEP_PADDING * _padded_k(k, 32)
-        for m, n, k in ((1024, 1024, 64), (1024, 1024, 128), (4096, 4096, 4096), (1024, 1024, 120)):
+        # no less padding, or a K above the measured _SHORT_STEP_MAX_K (257: 288 against 320)
+        for m, n, k in ((1024, 1024, 64), (1024, 1024, 128), (4096, 4096, 4096), (1024, 1024, 120), (901, 7763, 257),
+                        (3542, 951, 219)):
             assert make_plan(m, n, k, dtype, H200).config.block_k >= 64, (m, n, k)
     # fp8 and fp32 keep their steps (measured on 16-bit tiles only)
     assert make_plan(1024, 1024, 72, torch.float8_e4m3fn, H200).config.block_k >= 64
@@ -549,8 +551,10 @@ def test_tiles_above_m_64_have_at_least_64_rows():
         for dtype in (torch.bfloat16, torch.float16):
             for num_sms in (None, 16):
                 plan = make_plan(m, n, k, dtype, H200, num_sms=num_sms)
-                assert plan.config.block_m >= (32 if plan.schedule == "streamk" else 64), (m, n, k, dtype, plan)
+                thin_ok = plan.schedule == "streamk" and num_sms is None
+                assert plan.config.block_m >= (32 if thin_ok else 64), (m, n, k, dtype, plan)
     assert make_plan(72, 264, 5820, torch.bfloat16, H200).config.block_m == 32
+    assert make_plan(110, 123, 2342, torch.bfloat16, H200, num_sms=16).config.block_m == 64  # whole device only
     assert make_plan(32, 4096, 4096, torch.bfloat16, H200).config.block_m == 32
     assert make_plan(48, 4096, 4096, torch.bfloat16, H200).config.block_m == 64
     # Where no 64-row tile fits its shared memory (64 KB a block: 128 x 128 elements of 2 bytes a stage, two stages

@@ -7,7 +7,7 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
 
 * candidates are a fixed list of (BLOCK_M, BLOCK_N) shapes; BLOCK_K gives 128-byte rows of A and B
   (twice that when M <= 64 and the GEMM is bound by streaming B, four times when M <= 32; 64-byte rows where the
-  longer steps would pad a short K by more than a tenth, `_SHORT_STEP_BYTES`); up to M = 64 the tile
+  longer steps would pad a K of at most 160 by more than a tenth, `_SHORT_STEP_BYTES`); up to M = 64 the tile
   covers all of M's rows, so that B is streamed once (`choose_config`'s `one_row`); skinny GEMMs (64 < M <= 128)
   follow measured rules instead of the efficiency model (`_SKINNY_MAX_M`);
 * a tile's efficiency is its arithmetic intensity BM*BN/(BM+BN) relative to the 128x256 tile (capped at 1): a
@@ -113,10 +113,11 @@ _SKINNY_MAX_M = 128
 # 3773 26.4 -> 24.1, 1000 x 200 x 3000 21.9 -> 20.0, 356 x 98 x 1781 13.4 -> 12.8, 388 x 137 x 1084 10.9 -> 10.3,
 # 500 x 500 x 2048 9.66 -> 9.07, 415 x 76 x 770 9.83 -> 9.79; 100 x 1000 x 1000 ran 12.5 -> 12.6, 370 x 113 x 767
 # 9.98 -> 10.3 and 72 x 264 x 5820 15.7 -> 17.0.
-# Stream-K plans still take 32-row tiles: each program streams only a short part of one tile's K loop, and the thinner
-# tile doubles the tiles to split. The planner at 6ffba22 against the 64-row plans it made before, forced, in one run
-# (benchmarks/sweep_configs.py, bf16): 72 x 90 x 2718 15.0 -> 11.6 us, 72 x 264 x 5820 13.5 -> 12.0, 356 x 98 x 1781
-# 12.6 -> 10.7, 153 x 177 x 2961 15.9 -> 11.5, 75 x 1503 x 3773 24.7 -> 24.7.
+# Stream-K plans on the whole device still take 32-row tiles: each program streams only a short part of one tile's K
+# loop, and the thinner tile doubles the tiles to split (not under an SM budget, where this was not measured). The
+# planner at 6ffba22 against the 64-row plans it made before, forced, in one run (benchmarks/sweep_configs.py, bf16):
+# 72 x 90 x 2718 15.0 -> 11.6 us, 72 x 264 x 5820 13.5 -> 12.0, 356 x 98 x 1781 12.6 -> 10.7, 153 x 177 x 2961 15.9
+# -> 11.5, 75 x 1503 x 3773 24.7 -> 24.7.
 _MIN_ROWS_ABOVE_STREAMING = 64
 # Few-tile Stream-K over a grid aligned to the tiles: each program streams one contiguous part of one tile's K-loop
 # with nothing else to overlap, and 64 x 128 pointer tiles with 128-byte K steps ran faster with 6 pipeline stages
@@ -146,8 +147,11 @@ _LONG_STEP_PADDING = 1.1
 # than _LONG_STEP_PADDING (K = 72: 128 against 96; K = 136: 192 against 160). On the H200 (benchmarks/sweep_configs.py,
 # bf16, forced variants in one run at c70076f) 128 x 64 tiles ran 640 x 1600 x 72 5.36 -> 4.48 us, 1024 x 1024 x 72
 # 5.34 -> 4.48, 1024 x 1024 x 136 5.86 -> 5.04, 8370 x 110 x 136 6.70 -> 5.95; 128 x 256 TMA tiles 2048 x 2048 x 80
-# 9.00 -> 8.57 and 4096 x 4096 x 96 18.1 -> 18.4 (where the result's bytes set the time).
+# 9.00 -> 8.57 and 4096 x 4096 x 96 18.1 -> 18.4 (where the result's bytes set the time); at 878f390 1024 x 1024 x 160
+# 4.90 -> 3.95 and 567 x 1113 x 143 10.1 -> 6.40. Measured up to K = 160 (five steps against three), and taken there
+# only: above it the shorter steps would double a longer loop (K = 257: nine steps against five).
 _SHORT_STEP_BYTES = 64
+_SHORT_STEP_MAX_K = 160
 # Short K loops over one or two waves of 128 x 128 tiles, on the whole device: one program per tile of 4 warps, through
 # pointers, two resident on each SM, so that one program's loads overlap another's result stores, and no program
 # builds TMA descriptors for a loop of a few steps. On the H200 (benchmarks/sweep_configs.py, bf16, the planner with the
@@ -431,7 +435,7 @@ def choose_config(
         if batch > 1 and bm * bn == 128 * 128 and not fma:
             block_k = _LONG_STEP_BYTES // elem  # batched 128 x 128 tiles: see _LONG_STEP_BYTES
         block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
-        if elem == 2 and not fma and block_k * elem == 2 * _SHORT_STEP_BYTES \
+        if elem == 2 and not fma and block_k * elem == 2 * _SHORT_STEP_BYTES and k <= _SHORT_STEP_MAX_K \
                 and _padded_k(k, block_k) > _LONG_STEP_PADDING * _padded_k(k, _SHORT_STEP_BYTES // elem):
             block_k = _SHORT_STEP_BYTES // elem  # see _SHORT_STEP_BYTES
         stage_bytes = (bm + bn) * block_k * elem
@@ -443,7 +447,8 @@ def choose_config(
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
         for schedule, waves in _candidates(schedules):
-            if (skinny and largest and schedule == "streamk") or (thin and (schedule != "streamk" or bm < 32)):
+            if (skinny and largest and schedule == "streamk") or \
+                    (thin and (schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
             chosen, factor = cfg, 1.0
             if schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
