@@ -429,6 +429,10 @@ def test_short_k_over_a_wave_of_tiles_runs_data_parallel_on_the_whole_device():
         for m, n, k, d in ((2048, 2048, 160, dtype), (1024, 1024, 96, dtype), (4096, 4096, 96, dtype),
                            (2048, 2048, 80, torch.float8_e4m3fn), (2048, 2048, 80, torch.float32)):
             assert make_plan(m, n, k, d, H200).config != _OVERLAP_TILE, (m, n, k, d)
+        # nor where M or N is in the skinny range: a batched product of one row a matrix keeps its thin tiles
+        for m, n, k, batch in ((1, 4096, 80, 8), (128, 16384, 64, 16), (33000, 100, 64, 1)):
+            plan = make_plan(m, n, k, dtype, H200, batch=batch)
+            assert plan.config != _OVERLAP_TILE and (m > 16 or plan.config.block_m == 16), (m, n, k, batch, plan)
 
 
 def test_rates_of_other_devices_follow_their_memory_bandwidth():

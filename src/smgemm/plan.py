@@ -790,8 +790,10 @@ def whole_device(num_sms: int | None, spec: DeviceSpec) -> bool:
 def _overlaps_stores(m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, num_sms: int | None,
                      batch: int) -> bool:
     """Whether a GEMM runs `_OVERLAP_TILE` data-parallel: 16-bit operands, K of at most _OVERLAP_MAX_K, one or two
-    waves of its tiles, the whole device."""
-    if element_bytes(dtype) != 2 or k > _OVERLAP_MAX_K or not whole_device(num_sms, spec):
+    waves of its tiles, the whole device, and M and N above the skinny range (the rule was measured on M and N of
+    1024 and more: a 128 x 128 tile over a few rows or columns would mostly compute padding)."""
+    if element_bytes(dtype) != 2 or k > _OVERLAP_MAX_K or not whole_device(num_sms, spec) \
+            or min(m, n) <= _SKINNY_MAX_M:
         return False
     return spec.num_sms <= math.ceil(m / 128) * math.ceil(n / 128) * batch <= 2 * spec.num_sms
 
