@@ -43,8 +43,8 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
   rate than its intensity says (`Rates.hopper_efficiency_exponent`);
 * one measured exception to the model: on the whole device, 16-bit K loops of at most 128 over one or two waves of
-  128 x 128 tiles run one 4-warp pointer program per tile, two an SM (`_OVERLAP_MAX_K`): the model has no term for
-  the result's store, which such short tiles are mostly made of.
+  128 x 128 tiles (M and N above 128) run one 4-warp pointer program per tile, two an SM (`_OVERLAP_MAX_K`): the
+  model has no term for the result's store, which such short tiles are mostly made of.
 """
 
 from __future__ import annotations
@@ -395,6 +395,7 @@ def choose_config(
     fma: bool = False,
     batch: int = 1,
     wide_rows: bool = True,
+    dense: bool = True,
 ) -> tuple[TileConfig, str, int]:
     """The tile configuration, schedule (one of `schedules`) and Stream-K split (`streamk_split`'s `waves`) the
     model above predicts fastest on `budget` SMs.
@@ -407,7 +408,10 @@ def choose_config(
     tensor cores: tiles of at most 128 x 128, through pointers (`_FMA_MAX_TILE`).
 
     `wide_rows`: above M = 64, 16-bit tiles of fewer than 64 rows are candidates only where no tile of 64 rows or
-    more fits in shared memory (`_MIN_ROWS_ABOVE_STREAMING`)."""
+    more fits in shared memory (`_MIN_ROWS_ABOVE_STREAMING`).
+
+    `dense`: False for the fused kernel of an MXFP4 GEMM, which keeps the tiles it was measured with: no short K steps
+    (`_SHORT_STEP_BYTES`), and no 32-row Stream-K tiles above M = 64."""
     elem = element_bytes(dtype)
     skinny = _STREAMING_MAX_M < m <= _SKINNY_MAX_M
     max_m, max_n = max(16, _next_pow2(m)), max(32, _next_pow2(n))
@@ -417,7 +421,7 @@ def choose_config(
         if bm > max_m or bn > max_n or (one_row and bm < max_m) or (fma and bm * bn > _FMA_MAX_TILE):
             continue
         thin = wide_rows and m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 \
-            and not fma  # only Stream-K plans take these tiles (see _MIN_ROWS_ABOVE_STREAMING)
+            and not fma  # only dense Stream-K plans take these tiles (see _MIN_ROWS_ABOVE_STREAMING)
         if skinny and bm * bn == 128 * 128 and not fma:
             continue
         if (bm, bn) == (256, 128) and (batch == 1 or n > bn or fma or budget >= spec.num_sms):
@@ -435,7 +439,7 @@ def choose_config(
         if batch > 1 and bm * bn == 128 * 128 and not fma:
             block_k = _LONG_STEP_BYTES // elem  # batched 128 x 128 tiles: see _LONG_STEP_BYTES
         block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
-        if elem == 2 and not fma and block_k * elem == 2 * _SHORT_STEP_BYTES and k <= _SHORT_STEP_MAX_K \
+        if dense and elem == 2 and not fma and block_k * elem == 2 * _SHORT_STEP_BYTES and k <= _SHORT_STEP_MAX_K \
                 and _padded_k(k, block_k) > _LONG_STEP_PADDING * _padded_k(k, _SHORT_STEP_BYTES // elem):
             block_k = _SHORT_STEP_BYTES // elem  # see _SHORT_STEP_BYTES
         stage_bytes = (bm + bn) * block_k * elem
@@ -448,7 +452,7 @@ def choose_config(
                          flatten=hopper)
         for schedule, waves in _candidates(schedules):
             if (skinny and largest and schedule == "streamk") or \
-                    (thin and (schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
+                    (thin and (not dense or schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
             chosen, factor = cfg, 1.0
             if schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
@@ -462,11 +466,13 @@ def choose_config(
             if cost < best_cost:
                 best, best_cost = (chosen, schedule, waves), cost
     if best is None and wide_rows and m > _STREAMING_MAX_M:  # no 64-row tile fits (a small shared memory)
-        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row, fma, batch, wide_rows=False)
+        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row, fma, batch, wide_rows=False,
+                             dense=dense)
     if best is None and one_row:  # no tile of max_m rows fits (e.g. N < 64 for M = 17..32): any rows
-        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False, fma=fma, batch=batch)
+        return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False, fma=fma, batch=batch,
+                             dense=dense)
     if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
-        return choose_config(m, n, k, dtype, spec, budget, fma=fma, batch=batch)
+        return choose_config(m, n, k, dtype, spec, budget, fma=fma, batch=batch, dense=dense)
     assert best is not None, "the smallest candidate tile always fits"
     cfg, schedule, waves = best
     if whole_store_fits(cfg, elem, spec):
@@ -670,7 +676,7 @@ def make_mx_plan(
         long_words = config is not None and config.block_m == 8 and \
             math.ceil(k / config.block_k) >= _MX_WORDS_LONG_K_STEPS
         spec, num_sms = dataclasses.replace(spec, num_sms=(4 if long_words else 2) * spec.num_sms), None
-    plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config)
+    plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config, dense=False)
     readable = hopper_steps(plan.config) if layout == "hopper" else plan.config
     readable = dataclasses.replace(readable, whole_store=False)  # whole-tile stores are measured on dense tiles only
     if readable != plan.config:
@@ -811,23 +817,26 @@ def make_plan(
     tf32: bool = False,
     config: TileConfig | None = None,
     batch: int = 1,
+    dense: bool = True,
 ) -> Plan:
     """Plan an (m, n, k) GEMM with `dtype` operands on the device described by `spec` (`batch` of them in one
     launch: their tiles share the schedule).
 
     `num_sms` is the caller's SM budget (None, or the device's SM count or more: the whole device); `config`
     overrides the tile model (tests and tuning use it). The returned plan's grid never exceeds a budget below the
-    device's SMs; on the whole device a data-parallel plan has one program per tile.
+    device's SMs; on the whole device a data-parallel plan has one program per tile. `dense`: False for the fused
+    kernel of an MXFP4 GEMM (`make_mx_plan`), which keeps the tiles it was measured with (no `_OVERLAP_TILE`;
+    `choose_config`'s `dense`).
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     budget = resolve_budget(num_sms, spec)
     wanted = {"auto": ("persistent", "streamk"), "streamk": ("streamk",)}.get(schedule, ("persistent",))
-    if config is None and schedule == "auto" and _overlaps_stores(m, n, k, dtype, spec, num_sms, batch):
+    if config is None and schedule == "auto" and dense and _overlaps_stores(m, n, k, dtype, spec, num_sms, batch):
         config, schedule, wanted = _OVERLAP_TILE, "data_parallel", ("persistent",)
     if config is None:
         cfg, chosen, sk_waves = choose_config(m, n, k, dtype, spec, budget, wanted,
-                                              fma=dtype == torch.float32 and not tf32, batch=batch)
+                                              fma=dtype == torch.float32 and not tf32, batch=batch, dense=dense)
     else:
         cfg = config
         chosen, sk_waves = min(_candidates(wanted),
