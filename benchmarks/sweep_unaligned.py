@@ -68,8 +68,8 @@ def main():
             programs = spec.num_sms if num_sms is None else num_sms
             t_copy = time_rotating(_copies(programs), sets)
             a, b = sets[0]
-            plan = decide(m, n, k, dtype, spec, num_sms=num_sms, operands=((a.numel(), *operand_alignment(a, 1)),
-                                                                               (b.numel(), *operand_alignment(b, 0))))
+            plan = decide(m, n, k, dtype, spec, num_sms=num_sms, operands=(operand_alignment(a, 1),
+                                                                              operand_alignment(b, 0)))
             model = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes,
                                   plan.sk_waves, spec.rates)
             if args.inplace:

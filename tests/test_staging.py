@@ -69,7 +69,7 @@ def test_staged_operands_take_the_descriptor_path(device):
     cfg = smgemm.TileConfig(128, 128, 64, num_warps=8, tma=True, tma_store=True, flatten=True)
     with smgemm.plan.overrides(stage=True):
         plan = decide(256, 512, 37, torch.float16, INTERPRETER_SPEC, config=cfg,
-                      operands=((a.numel(), *operand_alignment(a, 1)), (b.numel(), *operand_alignment(b, 0))))
+                      operands=(operand_alignment(a, 1), operand_alignment(b, 0)))
     assert plan.stage_a and plan.stage_b
     _, meta = static_args(plan, staged(plan, Operands(a, b, out)), 0, 0, False)
     assert (meta["A_DESC"], meta["B_DESC"]) == ("stored", "transposed")
@@ -201,7 +201,7 @@ def test_pointer_loads_assume_only_the_rows_true_alignment(device):
         out = torch.full((m, n), float("nan"), dtype=a.dtype, device=device)
         with smgemm.plan.overrides(stage=False, config=cfg):
             plan = decide(m, n, k, a.dtype, INTERPRETER_SPEC,
-                          operands=((a.numel(), *operand_alignment(a, 1)), (b.numel(), *operand_alignment(b, 0))))
+                          operands=(operand_alignment(a, 1), operand_alignment(b, 0)))
             assert not (plan.stage_a or plan.stage_b)
             _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
             assert (meta["A_DESC"], meta["B_DESC"], meta["A_VEC"], meta["B_VEC"]) == (

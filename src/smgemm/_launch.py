@@ -169,10 +169,10 @@ def vector_elements(t: torch.Tensor, k_dim: int) -> int:
     return min(16, outer & -outer) if outer > 0 else 1
 
 
-def operand_alignment(t: torch.Tensor, k_dim: int) -> tuple[int, int]:
-    """(`row_alignment`, `vector_elements`) of dense 2-D operand `t` whose K axis is `k_dim`: what the planner weighs
-    before it reads `t` in place (`plan.decide`)."""
-    return row_alignment(t), vector_elements(t, k_dim)
+def operand_alignment(t: torch.Tensor, k_dim: int) -> tuple[int, int, int]:
+    """(elements, `row_alignment`, `vector_elements`) of dense 2-D operand `t` whose K axis is `k_dim`: what the
+    planner weighs before it reads `t` in place (`plan.decide`'s `operands`)."""
+    return t.numel(), row_alignment(t), vector_elements(t, k_dim)
 
 
 def _batch_vector(vec: int, batch_stride: int) -> int:

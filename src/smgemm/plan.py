@@ -973,7 +973,7 @@ def decide(
     gemm_time = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
                               spec.rates, batch)
     if stage is None and any(short) and copy_time(plan, dtype, spec, sum(short)) >= _SHORT_RUN_COPY_SHARE * gemm_time:
-        slow = [0 if runs else elements for elements, runs in zip(slow, short)]
+        slow = [0 if kept else elements for elements, kept in zip(slow, short)]
     if not any(slow):
         return plan
     staged = dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)
