@@ -32,11 +32,14 @@ def main() -> None:
     p.add_argument("--prefill", type=int, default=2048, help="prefill length (GPU; 16 tokens on the CPU)")
     p.add_argument("--batches", default="1,16,64", help="decode batch sizes (GPU; batch 1 on the CPU)")
     p.add_argument("--mxfp4", action="store_true", help="swap to MXFP4Linear layers (quantized weights)")
+    p.add_argument("--layout", default=None, help="the MXFP4 weights' byte layout (smgemm.mxfp4.LAYOUTS; default: "
+                   "MXFP4Linear's choice)")
     args = p.parse_args()
     batches = [int(b) for b in args.batches.split(",")] if gpu else [1]
-    print(f"{'cuda' if gpu else 'cpu'}: Llama {args.size}, num_sms={args.num_sms}, mxfp4={args.mxfp4}")
+    print(f"{'cuda' if gpu else 'cpu'}: Llama {args.size}, num_sms={args.num_sms}, mxfp4={args.mxfp4}, "
+          f"layout={args.layout}")
     print(table(model_rows(args.size, batches, args.prefill if gpu else 16, mxfp4=args.mxfp4,
-                           num_sms=args.num_sms)))
+                           num_sms=args.num_sms, layout=args.layout)))
 
 
 if __name__ == "__main__":

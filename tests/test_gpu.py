@@ -186,11 +186,11 @@ def test_second_gpu():
 
 
 @pytest.mark.parametrize("m", [1, 16, 64, 128])
-@pytest.mark.parametrize("layout", ["ocp", "hopper"])
+@pytest.mark.parametrize("layout", ["ocp", "hopper", "kwords"])
 @pytest.mark.parametrize("num_sms", [3, 32, 66])
 @pytest.mark.parametrize("schedule", ["auto", "persistent", "streamk"])
 def test_mxfp4_sm_budget_is_observed(m, layout, num_sms, schedule):
-    """The MXFP4 kernels (decode, swapped, "hopper" word expansion) keep to the budget as every GEMM does."""
+    """The MXFP4 kernels (decode, swapped, word-layout expansion) keep to the budget as every GEMM does."""
     from smgemm._gemm import gemm_mxfp4
     from smgemm.plan import make_mx_plan
 

@@ -135,6 +135,23 @@ def test_hopper_layout_permutes_bytes_within_groups_and_round_trips():
     assert sorted(b for bits in WORD_BITS for b in bits) == list(range(32))
 
 
+def test_kwords_layout_keeps_ocp_byte_order_and_round_trips():
+    """'kwords' holds the 'ocp' bytes in their order, each 32-bit word's bits rearranged as in 'hopper'; every
+    conversion between the three layouts is exact and shares the scales."""
+    q = quantize_mxfp4(torch.randn(3, 2, 384) * 5)
+    kw = q.to_layout("kwords")
+    assert kw.layout == "kwords" and kw.scales is q.scales and kw.shape == q.shape
+    assert torch.equal(_interleave(kw.data, inverse=True), q.data)
+    assert not torch.equal(kw.data, q.data)
+    h = q.to_layout("hopper")
+    assert torch.equal(kw.to_layout("hopper").data, h.data) and torch.equal(h.to_layout("kwords").data, kw.data)
+    assert torch.equal(kw.to_layout("ocp").data, q.data) and kw.to_layout("kwords") is kw
+    assert torch.equal(kw.dequantize(torch.float32), q.dequantize(torch.float32))
+    direct = quantize_mxfp4(torch.randn(5, 256), layout="kwords")
+    assert direct.layout == "kwords"
+    assert torch.equal(direct.to_layout("ocp").data, quantize_mxfp4(direct.dequantize(torch.float32)).data)
+
+
 def test_hopper_words_expand_with_the_kernels_bit_operations():
     """The kernel's expansion of a 'hopper' word (kernels.common: an AND, a shift and an AND, or three shifts) gives,
     for byte k, the bf16x2 bits of its two elements times 2^-126: every byte value in every position."""
@@ -159,6 +176,10 @@ def test_hopper_layout_needs_k_multiple_of_128():
         q.to_layout("hopper")
     with pytest.raises(ValueError, match="multiple of 128"):
         MXFP4Tensor(q.data, q.scales, "hopper")
+    with pytest.raises(ValueError, match="'kwords' layout needs K a multiple of 128, got K = 96"):
+        q.to_layout("kwords")
+    with pytest.raises(ValueError, match="layout 'kwords' needs K a multiple of 128"):
+        MXFP4Tensor(q.data, q.scales, "kwords")
     with pytest.raises(ValueError, match="layout must be one of"):
         q.to_layout("blackwell")
     with pytest.raises(ValueError, match="layout must be one of"):

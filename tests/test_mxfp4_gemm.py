@@ -75,21 +75,22 @@ def test_kernel_variants(swap, prefetch, both, device):
     assert_gemm_close(out, a, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
 
 
+@pytest.mark.parametrize("layout", ["hopper", "kwords"])
 @pytest.mark.parametrize("m", [1, 8, 16, 40, 128, 300])
 @pytest.mark.parametrize("schedule,num_sms", [("auto", None), ("data_parallel", None), ("streamk", 3)])
-def test_hopper_layout_weight(m, schedule, num_sms, device):
-    """A weight in the 'hopper' byte layout through the planner's tiles (swapped; up to M = 8 8-row tiles on
-    mma.sync with the activations in the words' order, to M = 64 the wgmma's register operand on the GPU; at M = 128
-    the dense model's tiles, at 300 the 256 x 128 ones): K with a tail of whole 128-element groups, N past the tile,
-    bias and alpha; MXFP4 activations too (a hopper weight with ocp activations and the reverse)."""
+def test_word_layout_weight(m, schedule, num_sms, layout, device):
+    """A weight in a word layout ('hopper', 'kwords') through the planner's tiles (swapped; up to M = 8 8-row tiles
+    on mma.sync in the words' order, to M = 64 the wgmma's register operand on the GPU; at M = 128 the dense model's
+    tiles, at 300 the 256 x 128 ones): K with a tail of whole 128-element groups, N past the tile, bias and alpha;
+    MXFP4 activations too (in the weight's layout or 'ocp', and an 'ocp' weight with them)."""
     n, k = (130 if m > 256 else 70), 384  # 256-element K steps: one full step and a masked half step
     x = randn((m, k), torch.bfloat16, device)
-    w = _weight(n, k, device).to_layout("hopper")
+    w = _weight(n, k, device).to_layout(layout)
     bias = randn((n,), torch.bfloat16, device)
     out = gemm_mxfp4(x, w, c=bias, alpha=0.5, schedule=schedule, num_sms=num_sms)
     assert_gemm_close(out, x, w.dequantize(torch.float32).t(), alpha=0.5, beta=1.0, c=bias)
     if m in (8, 16):
-        xq = quantize_mxfp4(x.float(), layout="hopper")
+        xq = quantize_mxfp4(x.float(), layout=layout)
         for a, b in ((xq, w), (xq, w.to_layout("ocp")), (xq.to_layout("ocp"), w)):
             got = gemm_mxfp4(a, b, schedule=schedule, num_sms=num_sms)
             assert_gemm_close(got, a.dequantize(torch.float32), b.dequantize(torch.float32).t())
@@ -98,12 +99,13 @@ def test_hopper_layout_weight(m, schedule, num_sms, device):
 @pytest.mark.parametrize("config", [TileConfig(128, 256, 64, num_warps=8, num_stages=3, tma=True, tma_store=True,
                                                flatten=True),
                                     TileConfig(64, 128, 128, num_warps=4, num_stages=4)], ids=["128x256", "64x128"])
-def test_hopper_layout_dense_model_tiles_are_narrowed(config, device):
-    """Tiles the dense model picks between decode and the expansion (M = 129-255) that cannot read a 'hopper'
+@pytest.mark.parametrize("layout", ["hopper", "kwords"])
+def test_word_layout_dense_model_tiles_are_narrowed(config, layout, device):
+    """Tiles the dense model picks between decode and the expansion (M = 129-255) that cannot read a word-layout
     weight as they are (plan.hopper_steps) run narrowed, with the right result."""
     m, n, k = 200, 256, 512
     x = randn((m, k), torch.bfloat16, device)
-    w = _weight(n, k, device).to_layout("hopper")
+    w = _weight(n, k, device).to_layout(layout)
     out = gemm_mxfp4(x, w, config=config, schedule="persistent", num_sms=4)
     assert_gemm_close(out, x, w.dequantize(torch.float32).t())
 
@@ -112,11 +114,12 @@ def test_hopper_layout_dense_model_tiles_are_narrowed(config, device):
                                     TileConfig(32, 128, 256, num_warps=4, num_stages=3, mx_swap=True),
                                     TileConfig(128, 128, 128, num_warps=8, num_stages=3, mx_swap=True)],
                          ids=["16x128x128", "32x128x256", "128x128x128"])
-def test_hopper_layout_tiles_of_the_largest_weights(config, device):
-    """The tiles the planner gives the largest "hopper" weights at M <= 128 (plan._MX_WIDE_DECODE_MIN), forced on a
-    small one: split by Stream-K over a few programs, N past the tile, K with a partial step, a bias."""
+@pytest.mark.parametrize("layout", ["hopper", "kwords"])
+def test_word_layout_tiles_of_the_largest_weights(config, layout, device):
+    """The tiles the planner gives the largest "hopper" / "kwords" weights at M <= 128 (plan._MX_WIDE_DECODE_MIN),
+    forced on a small one: split by Stream-K over a few programs, N past the tile, K with a partial step, a bias."""
     n, k = 200, 384
-    w = _weight(n, k, device).to_layout("hopper")
+    w = _weight(n, k, device).to_layout(layout)
     bias = randn((n,), torch.bfloat16, device)
     for m in (1, 20, 100):
         x = randn((m, k), torch.bfloat16, device)
@@ -125,11 +128,12 @@ def test_hopper_layout_tiles_of_the_largest_weights(config, device):
 
 
 def test_eight_row_tiles_forced_on_every_activation_kind(device):
-    """The 8-row swapped tile (the planner's for bf16 decode of a "hopper" weight) forced on fp16 and MXFP4 activations
-    and on an "ocp" weight, which it reads without the word order: every schedule, a K tail, N past the tile."""
+    """The 8-row swapped tile (the planner's for bf16 decode of a "hopper" or "kwords" weight) forced on fp16 and MXFP4
+    activations and on an "ocp" weight, which it reads without the word order: every schedule, a K tail, N past the
+    tile."""
     n, k = 90, 384
     cfg = TileConfig(8, 64, 256, num_warps=4, num_stages=4, mx_swap=True)
-    for layout in ("hopper", "ocp"):
+    for layout in ("hopper", "kwords", "ocp"):
         w = _weight(n, k, device).to_layout(layout)
         for m in (1, 8, 13):
             x = randn((m, k), torch.float16, device)
@@ -140,23 +144,25 @@ def test_eight_row_tiles_forced_on_every_activation_kind(device):
                     assert_gemm_close(out, ref, w.dequantize(torch.float32).t())
 
 
-def test_hopper_layout_rows_must_be_16_byte_aligned(device):
+@pytest.mark.parametrize("layout", ["hopper", "kwords"])
+def test_word_layout_rows_must_be_16_byte_aligned(layout, device):
     w = _weight(8, 256, device)
     padded = torch.zeros(8, 136, dtype=torch.uint8, device=device)  # rows 136 bytes apart: not 16-byte aligned
-    padded[:, :128] = w.to_layout("hopper").data
-    odd = MXFP4Tensor(padded[:, :128], w.scales, "hopper")
-    with pytest.raises(ValueError, match=r"w\.data of a 'hopper' MXFP4Tensor needs rows that start on 16-byte"):
+    padded[:, :128] = w.to_layout(layout).data
+    odd = MXFP4Tensor(padded[:, :128], w.scales, layout)
+    with pytest.raises(ValueError, match=rf"w\.data of a '{layout}' MXFP4Tensor needs rows that start on 16-byte"):
         gemm_mxfp4(randn((2, 256), torch.bfloat16, device), odd)
-    ok = MXFP4Tensor(padded[:, :128].contiguous(), w.scales, "hopper")
+    ok = MXFP4Tensor(padded[:, :128].contiguous(), w.scales, layout)
     x = randn((2, 256), torch.bfloat16, device)
     assert_gemm_close(gemm_mxfp4(x, ok), x, w.dequantize(torch.float32).t())
 
 
-def test_hopper_layout_forced_tiles_read_whole_groups(device):
-    """A forced configuration with 64-element K steps is widened to 128 for a hopper weight (whole groups)."""
+@pytest.mark.parametrize("layout", ["hopper", "kwords"])
+def test_word_layout_forced_tiles_read_whole_groups(layout, device):
+    """A forced configuration with 64-element K steps is widened to 128 for a word-layout weight (whole groups)."""
     m, n, k = 8, 40, 256
     x = randn((m, k), torch.float16, device)  # fp16 activations: the fp32 expansion route
-    w = _weight(n, k, device).to_layout("hopper")
+    w = _weight(n, k, device).to_layout(layout)
     out = gemm_mxfp4(x, w, config=SMALL, schedule="persistent", num_sms=2)
     assert_gemm_close(out, x, w.dequantize(torch.float32).t())
     got = expand_mxfp4(w, torch.bfloat16, 2, block_r=32, block_k=64)
@@ -262,7 +268,7 @@ def test_nan_scale_block_gives_nan(device):
                                     mx_config(64, 4096, 4096), TileConfig(16, 128, 128, num_stages=4, mx_swap=True),
                                     TileConfig(32, 128, 256, num_stages=3, mx_swap=True),
                                     TileConfig(128, 128, 128, num_warps=8, num_stages=3, mx_swap=True), "expand"])
-@pytest.mark.parametrize("layout", ["ocp", "hopper"])
+@pytest.mark.parametrize("layout", ["ocp", "hopper", "kwords"])
 @pytest.mark.parametrize("largest", [255, 128])
 def test_every_code_and_scale_is_exact_on_gpu(config, layout, largest):
     """Every byte (two e2m1 codes) under scales from the e8m0 extremes, read back through an identity activation:

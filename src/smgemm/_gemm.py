@@ -266,9 +266,10 @@ def gemm_mxfp4(
         return out
     if k == 0 or alpha == 0:
         return _empty_product(out, c, beta)
-    layout = "hopper" if "hopper" in (w.layout, a.layout if isinstance(a, MXFP4Tensor) else "") else "ocp"
+    # "kwords" weights take the tiles planned for "hopper" ones (same words, K steps >= 128)
+    words = any(t.layout != "ocp" for t in (w, a) if isinstance(t, MXFP4Tensor))
     plan = decide(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config,
-                  mxfp4=True, mx_layout=layout, mx_a=isinstance(a, MXFP4Tensor))  # "hopper": K steps >= 128
+                  mxfp4=True, mx_layout="hopper" if words else "ocp", mx_a=isinstance(a, MXFP4Tensor))
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     ops = Operands(a, w, out, c, smid_out=smid_out)
@@ -305,7 +306,7 @@ def _expand(ts: tuple[MXFP4Tensor, ...], dtype: torch.dtype, num_sms: int | None
     opts = {**(_EXPAND_CHIP if whole else _EXPAND), **blocks}
     outs = [_empty((t.shape[0], k), dtype, device) for t in ts]
     block_k = min(opts["block_k"], max(32, 1 << (k - 1).bit_length()))
-    if any(t.layout == "hopper" for t in ts):
+    if any(t.layout != "ocp" for t in ts):
         block_k = max(block_k, 128)  # whole 64-byte groups
     tiles = sum(-(-t.shape[0] // opts["block_r"]) for t in ts) * -(-k // block_k)
     budget = resolve_budget(num_sms, spec)

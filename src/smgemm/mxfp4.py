@@ -44,8 +44,13 @@ _MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, Fa
 #   (`kernels.common.mx_hopper_weight_tile`). Within each 32-bit word (little-endian, 4 of those bytes) the 32 bits
 #   are then rearranged (`_interleave`) so that each byte's pair of elements comes out as a bf16x2 register with one
 #   to five integer instructions instead of eight. Needs K to be a multiple of 128.
-LAYOUTS = ("ocp", "hopper")
-HOPPER_GROUP = 64  # bytes (128 elements) permuted together in the "hopper" layout
+# * "kwords": the "ocp" bytes in their order, each 32-bit word's bits rearranged as in "hopper": word w expands to
+#   elements 8 w .. 8 w + 7 in K order. The 8-row mma.sync decode tiles (M <= 8) read it with the activation tile as
+#   it is loaded, where a "hopper" weight makes them put the activation tile in the words' order first; the wgmma
+#   tiles (M > 8) put the activation tile in the order of the "hopper" fragments instead. Needs K to be a multiple
+#   of 128.
+LAYOUTS = ("ocp", "hopper", "kwords")
+HOPPER_GROUP = 64  # bytes (128 elements): the "hopper" and "kwords" layouts need whole groups
 
 
 @dataclass(frozen=True)
@@ -65,9 +70,9 @@ class MXFP4Tensor:
                                 f"{getattr(t, 'dtype', type(t).__name__)}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"MXFP4Tensor.layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if self.layout == "hopper" and self.data.dim() >= 1 and self.data.shape[-1] % HOPPER_GROUP:
-            raise ValueError(f"MXFP4Tensor with layout 'hopper' needs K a multiple of {2 * HOPPER_GROUP}, got K = "
-                             f"{self.data.shape[-1] * 2}")
+        if self.layout != "ocp" and self.data.dim() >= 1 and self.data.shape[-1] % HOPPER_GROUP:
+            raise ValueError(f"MXFP4Tensor with layout {self.layout!r} needs K a multiple of {2 * HOPPER_GROUP}, "
+                             f"got K = {self.data.shape[-1] * 2}")
         if self.data.dim() < 1 or self.data.shape[:-1] != self.scales.shape[:-1]:
             raise ValueError(f"MXFP4Tensor.data {tuple(self.data.shape)} and scales {tuple(self.scales.shape)} must "
                              "agree on every dim but the last")
@@ -93,26 +98,29 @@ class MXFP4Tensor:
         return MXFP4Tensor(self.data.to(device), self.scales.to(device), self.layout)
 
     def to_layout(self, layout: str) -> MXFP4Tensor:
-        """The same values with `data` in `layout` ("ocp" or "hopper"; see LAYOUTS): `self` if it is already, else
-        a permuted copy of the bytes (the scales are shared). Exact both ways."""
+        """The same values with `data` in `layout` (one of LAYOUTS): `self` if it is already, else a permuted copy
+        of the bytes (the scales are shared). Exact every way."""
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if layout == self.layout:
             return self
         if self.data.shape[-1] % HOPPER_GROUP:
-            raise ValueError(f"the 'hopper' layout needs K a multiple of {2 * HOPPER_GROUP}, got K = "
+            raise ValueError(f"the {layout!r} layout needs K a multiple of {2 * HOPPER_GROUP}, got K = "
                              f"{self.data.shape[-1] * 2}")
-        if layout == "hopper":  # bytes [groups, j, t] -> [groups, t, j], then each word's bits
-            data = self.data.unflatten(-1, (-1, 16, 4)).transpose(-1, -2).flatten(-3)
-            data = _interleave(data.contiguous(), inverse=False)
-        else:
-            data = _interleave(self.data.contiguous(), inverse=True)
-            data = data.unflatten(-1, (-1, 4, 16)).transpose(-1, -2).flatten(-3)
+        data = self.data.contiguous()
+        if self.layout != "ocp":  # each word's bits back, then (from "hopper") bytes [groups, t, j] -> [groups, j, t]
+            data = _interleave(data, inverse=True)
+            if self.layout == "hopper":
+                data = data.unflatten(-1, (-1, 4, 16)).transpose(-1, -2).flatten(-3).contiguous()
+        if layout != "ocp":  # (to "hopper") bytes [groups, j, t] -> [groups, t, j], then each word's bits
+            if layout == "hopper":
+                data = data.unflatten(-1, (-1, 16, 4)).transpose(-1, -2).flatten(-3).contiguous()
+            data = _interleave(data, inverse=False)
         return MXFP4Tensor(data.contiguous(), self.scales, layout)
 
     def to_torch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The same bits as torch's own MXFP4 dtypes: (data as `torch.float4_e2m1fn_x2`, scales as
-        `torch.float8_e8m0fnu`): views without a copy in the "ocp" layout (a copy of the data in "hopper"). Both
+        `torch.float8_e8m0fnu`): views without a copy in the "ocp" layout (a copy of the data in the others). Both
         store element 2i in the low nibble of byte i and the scale's exponent as the e8m0 byte. Needs a torch that
         has those dtypes."""
         fp4, e8m0 = _torch_mx_dtypes()
@@ -145,10 +153,10 @@ class MXFP4Tensor:
         return values.flatten(-2).to(dtype)
 
 
-# Where the "hopper" layout keeps the bits of byte k's two elements inside its 32-bit word, as (bit of the word, bit of
-# the bf16x2 pair that the expansion makes of byte k): the pair holds the even element's sign at 15 and its exponent
-# and mantissa bits (e1 e0 m) at 8 7 6, the odd element's at 31 and 24 23 22, each as the e2m1 value times 2^-126.
-# Bytes 0, 1, 2 sit at the pair's own positions shifted down by 0, 3, 6 (expanded by one AND, or a shift and an
+# Where the "hopper" and "kwords" layouts keep the bits of byte k's two elements in its 32-bit word, as (bit of the
+# word, bit of the bf16x2 pair that the expansion makes of byte k): the pair holds the even element's sign at 15 and its
+# exponent and mantissa bits (e1 e0 m) at 8 7 6, the odd element's at 31 and 24 23 22, each as the e2m1 value times
+# 2^-126. Bytes 0, 1, 2 sit at the pair's own positions shifted down by 0, 3, 6 (expanded by one AND, or a shift and an
 # AND); byte 3 fills the 8 bits left over (a sign shifted up by 1, magnitude bits down by 3 and 7).
 _PAIR_BITS = (6, 7, 8, 15, 22, 23, 24, 31)
 _BYTE3_BITS = (13, 10, 11, 14, 29, 26, 27, 30)  # the word bits of byte 3's pair bits _PAIR_BITS, in that order
@@ -158,8 +166,8 @@ WORD_BITS = (*(tuple(b - shift for b in _PAIR_BITS) for shift in (0, 3, 6)), _BY
 
 
 def _interleave(data: torch.Tensor, inverse: bool) -> torch.Tensor:
-    """Each 4-byte word of uint8 `data` [..., K/2] (the "hopper" byte order) with its bits rearranged per WORD_BITS
-    (`inverse`: put back)."""
+    """Each 4-byte word of uint8 `data` [..., K/2] (in "hopper" or "kwords" byte order) with its bits rearranged per
+    WORD_BITS (`inverse`: put back)."""
     words = data.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     out = torch.zeros_like(words)
     for k, positions in enumerate(WORD_BITS):
@@ -188,7 +196,7 @@ def _encode_e2m1(v: torch.Tensor) -> torch.Tensor:
 
 def quantize_mxfp4(x: torch.Tensor, *, rounding: str = "floor", layout: str = "ocp") -> MXFP4Tensor:
     """Quantize `x` ([..., K], K a multiple of 32; fp32, bf16 or fp16) to MXFP4 along its last dim, its bytes in
-    `layout` ("ocp", or "hopper" for K a multiple of 128: see LAYOUTS)."""
+    `layout` ("ocp", or "hopper" / "kwords" for K a multiple of 128: see LAYOUTS)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype.itemsize == 1:

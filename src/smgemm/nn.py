@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from ._checks import check_knobs
-from .mxfp4 import BLOCK, HOPPER_GROUP, MXFP4Tensor, quantize_mxfp4
+from .mxfp4 import BLOCK, HOPPER_GROUP, LAYOUTS, MXFP4Tensor, quantize_mxfp4
 from .ops import linear
 
 
@@ -152,10 +152,12 @@ class SwapReport(list):
         self.skipped = dict(skipped or {})
 
 
-def _mxfp4_problem(module: torch.nn.Linear, shared: set[int]) -> str | None:
-    """Why `module` cannot become an MXFP4Linear, or None."""
+def _mxfp4_problem(module: torch.nn.Linear, shared: set[int], layout: str | None) -> str | None:
+    """Why `module` cannot become an MXFP4Linear (its weight in `layout`; None: the default), or None."""
     if module.in_features % BLOCK:
         return f"in_features {module.in_features} is not a multiple of {BLOCK}"
+    if layout not in (None, "ocp") and module.in_features % (2 * HOPPER_GROUP):
+        return f"in_features {module.in_features} is not a multiple of {2 * HOPPER_GROUP} (layout {layout!r})"
     if id(module.weight) in shared:
         return "its weight is tied to another module's parameter (quantizing would untie it)"
     if module.weight.dtype not in (torch.bfloat16, torch.float16):
@@ -172,6 +174,7 @@ def swap_linears(
     schedule: str | None = None,
     mxfp4: bool = False,
     incompatible: str = "raise",
+    layout: str | None = None,
 ) -> SwapReport:
     """Replace, in place, every `torch.nn.Linear` of `model` (exactly that type, not subclasses) for which
     `filter(qualified_name, module)` is true by an smgemm `Linear` sharing its parameters (`mxfp4=True`: an
@@ -180,12 +183,16 @@ def swap_linears(
     With `mxfp4=True` every chosen layer is checked before any is changed: its in_features must be a multiple of 32,
     its weight bf16 or fp16, and not tied to a parameter outside it (an lm_head sharing the embedding). A layer that
     fails raises ValueError naming it (`incompatible="raise"`), or stays as it is and is listed in the result's
-    `skipped` (`incompatible="skip"`).
+    `skipped` (`incompatible="skip"`). `layout` (`mxfp4.LAYOUTS`): the byte layout of every MXFP4 weight; None picks
+    per layer as `MXFP4Linear` does; "hopper" and "kwords" need in_features a multiple of 128 (checked as above).
 
     Returns the qualified names replaced (a `SwapReport`). A Linear that appears under several names (shared)
     becomes one smgemm Linear, still shared.
     """
     check_knobs(schedule, num_sms)
+    if layout is not None and (not mxfp4 or layout not in LAYOUTS):
+        raise ValueError(f"layout must be None, or with mxfp4=True one of {LAYOUTS}, got {layout!r}"
+                         + ("" if mxfp4 else " without mxfp4=True"))
     if incompatible not in ("raise", "skip"):
         raise ValueError(f"incompatible must be 'raise' or 'skip', got {incompatible!r}")
     if isinstance(model, torch.nn.Linear):
@@ -207,7 +214,7 @@ def swap_linears(
         shared = {pid for pid, mods in owners.items() if len(mods) > 1}
         for _, _, _, child in targets:
             if id(child) in chosen:
-                problem = _mxfp4_problem(child, shared)
+                problem = _mxfp4_problem(child, shared, layout)
                 if problem is not None:
                     if incompatible == "raise":
                         raise ValueError(f"{chosen[id(child)]}: cannot become an MXFP4 layer: {problem}")
@@ -218,8 +225,10 @@ def swap_linears(
         if id(child) not in chosen and id(child) not in swapped:
             continue
         if id(child) not in swapped:
-            cls = MXFP4Linear if mxfp4 else Linear
-            swapped[id(child)] = cls.from_linear(child, num_sms=num_sms, schedule=schedule)
+            if mxfp4:
+                swapped[id(child)] = MXFP4Linear.from_linear(child, num_sms=num_sms, schedule=schedule, layout=layout)
+            else:
+                swapped[id(child)] = Linear.from_linear(child, num_sms=num_sms, schedule=schedule)
         setattr(parent, child_name, swapped[id(child)])
         names.append(f"{parent_name}.{child_name}" if parent_name else child_name)
     return SwapReport(names, skipped)

@@ -191,7 +191,8 @@ def _word_pair(word, K: tl.constexpr, s):
 def _load_hopper_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
                        ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """The 32-bit words uint32 [ROWS, BLOCK_K // 8] and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at K offset k0 of a
-    "hopper" MXFP4 operand [rows, K/2] (row stride and base multiples of 16 bytes; K and BLOCK_K multiples of 128).
+    "hopper" or "kwords" MXFP4 operand [rows, K/2] (row stride and base multiples of 16 bytes; K and BLOCK_K
+    multiples of 128).
     Word (g, t, jw) of a row's step holds the "ocp" bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g (their
     bits rearranged: `mxfp4.WORD_BITS`), which share one scale group. A K tail reads zero codes with scale 2^0."""
     offs_w = k0 // 8 + tl.arange(0, BLOCK_K // 8)
@@ -233,24 +234,37 @@ def word_order(x, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def fragment_order(x, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A K-ordered [ROWS, BLOCK_K] tile in the order of a "kwords" weight tile expanded in fragment order
+    (`mx_hopper_weight_tile`): position 2 (16 jw + 4 jj + t) + e of a 128-element group holds its element
+    2 (16 t + 4 jw + jj) + e. A dot of two tiles in this order sums the same products as in K order."""
+    return x.reshape(ROWS, BLOCK_K // 128, 4, 4, 4, 2).permute(0, 1, 3, 4, 2, 5).reshape(ROWS, BLOCK_K)
+
+
+@triton.jit
 def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr,
-                          FOLDED: tl.constexpr, WORD_ORDER: tl.constexpr = False):
-    """The [BLOCK_N, BLOCK_K] bf16 tile at K offset k0 of a "hopper" MXFP4 weight [N, K/2] (row stride and base
-    multiples of 16 bytes; K and BLOCK_K multiples of 128), and its e8m0 scales [BLOCK_N, BLOCK_K // 32].
+                          FOLDED: tl.constexpr, WORD_ORDER: tl.constexpr = False, LAYOUT: tl.constexpr = "hopper"):
+    """The [BLOCK_N, BLOCK_K] bf16 tile at K offset k0 of a "hopper" or "kwords" (LAYOUT) MXFP4 weight [N, K/2] (row
+    stride and base multiples of 16 bytes; K and BLOCK_K multiples of 128), and its e8m0 scales
+    [BLOCK_N, BLOCK_K // 32].
 
-    Each thread loads whole 32-bit words, 4 stored bytes of one row: word (g, t, jw) of a row's step holds the "ocp"
-    bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g (their bits rearranged: `mxfp4.WORD_BITS`), which share one
-    scale group. One asm block expands a word into 4 bf16x2 pairs (element 2i, 2i + 1); joining and permuting them
-    into K order only renames registers on the GPU: the pairs are the wgmma's register fragments. WORD_ORDER: the
-    tile in the words' own order (`word_order`), which is the mma.sync fragments' order (a dot whose other operand is
-    put in the same order). FOLDED: 2^126 folded into the scale, exact only while every scale is <= 128 (`k_loop`
+    Each thread loads whole 32-bit words, 4 stored bytes of one row (their bits rearranged: `mxfp4.WORD_BITS`). One
+    asm block expands a word into 4 bf16x2 pairs (element 2i, 2i + 1). By default the pairs are joined in the order of
+    the wgmma's register fragments, which only renames registers on the GPU: in a "hopper" weight that is K order
+    (word (g, t, jw) of a row's step holds the "ocp" bytes 16 jw + 4 jj + t, jj < 4, of its 64-byte group g), in a
+    "kwords" weight the order `fragment_order` gives a K-ordered operand. WORD_ORDER: the tile in the words' own
+    order, the mma.sync fragments' order: K order in a "kwords" weight, the order `word_order` gives a K-ordered
+    operand in a "hopper" one. FOLDED: 2^126 folded into the scale, exact only while every scale is <= 128 (`k_loop`
     checks the scales returned). The interpreter computes the same pairs through fp32.
     """
     words, scales = _load_hopper_words(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
                                        EVEN_K)
     G: tl.constexpr = BLOCK_K // 128
-    s = tl.broadcast_to(scales.reshape(BLOCK_N, G, 1, 4), (BLOCK_N, G, 4, 4)).reshape(BLOCK_N, BLOCK_K // 8)
+    if LAYOUT == "kwords":  # word w holds elements 8 w .. 8 w + 7: scale group w // 4
+        s = tl.broadcast_to(scales.reshape(BLOCK_N, 4 * G, 1), (BLOCK_N, 4 * G, 4)).reshape(BLOCK_N, BLOCK_K // 8)
+    else:  # word (g, t, jw): scale group 4 g + jw
+        s = tl.broadcast_to(scales.reshape(BLOCK_N, G, 1, 4), (BLOCK_N, G, 4, 4)).reshape(BLOCK_N, BLOCK_K // 8)
     if INTERPRETER:
         o0 = _word_pair(words, 0, s)
         o1 = _word_pair(words, 1, s)
@@ -282,10 +296,11 @@ def mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N
                    LAYOUT: tl.constexpr, WORD_ORDER: tl.constexpr = False):
     """The [BLOCK_N, BLOCK_K] weight tile at K offset k0 of an MXFP4 weight [N, K/2] (bytes in LAYOUT), expanded
     (exactly) to bf16, or to fp16 when MX_FP16 (fp16 cannot hold most scales' range: the exact fp32 values are
-    rounded once). WORD_ORDER: a "hopper" weight's bf16 tile in the words' order (`mx_hopper_weight_tile`)."""
-    if LAYOUT == "hopper" and not MX_FP16:
+    rounded once). A "hopper" or "kwords" weight's bf16 tile comes in the order `mx_hopper_weight_tile` gives it
+    (its fragments', or WORD_ORDER its words'); fp16 tiles in K order."""
+    if LAYOUT != "ocp" and not MX_FP16:
         return mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
-                                     INTERPRETER, False, WORD_ORDER)[0]
+                                     INTERPRETER, False, WORD_ORDER, LAYOUT)[0]
     w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
                                      LAYOUT)
     if MX_FP16:
@@ -301,16 +316,19 @@ def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K
                 ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, LAYOUT: tl.constexpr):
     """The packed bytes uint8 [ROWS, BLOCK_K // 2] (in "ocp" order) and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at
     K offset k0 of an MXFP4 operand stored [rows, K / 2] (packed along K, bytes in LAYOUT). A K tail (K is a
-    multiple of 32, so it covers whole scale groups) reads zero codes with scale 2^0. A "hopper" operand (K a
-    multiple of 128, BLOCK_K too) is read as words (`_load_hopper_words`), its bytes rebuilt from their rearranged
-    bits: the path of fp16 and MXFP4 activations; bf16 ones expand a hopper weight in `mx_hopper_weight_tile`."""
-    if LAYOUT == "hopper":
+    multiple of 32, so it covers whole scale groups) reads zero codes with scale 2^0. A "hopper" or "kwords" operand
+    (K a multiple of 128, BLOCK_K too) is read as words (`_load_hopper_words`), its bytes rebuilt from their
+    rearranged bits: the path of fp16 and MXFP4 activations; bf16 ones expand such a weight in
+    `mx_hopper_weight_tile`."""
+    if LAYOUT != "ocp":
         words, scales = _load_hopper_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K, ROWS,
                                            BLOCK_K, EVEN_K)
         b0 = _pair_byte(_word_pair_bits(words, 0))
         b1 = _pair_byte(_word_pair_bits(words, 1))
         b2 = _pair_byte(_word_pair_bits(words, 2))
         b3 = _pair_byte(_word_pair_bits(words, 3))
+        if LAYOUT == "kwords":
+            return _word_order_pairs(b0, b1, b2, b3, ROWS, BLOCK_K), scales
         return _hopper_order(b0, b1, b2, b3, ROWS, BLOCK_K), scales
     offs_kp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     offs_ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
@@ -366,7 +384,7 @@ def k_loop(
     A_VEC / B_VEC: a dense operand read through pointers whose K-contiguous rows (A) / columns (B) start at multiples
     of this many elements (`_launch.vector_elements`); 1 where that is unknown or not so.
     MXFP4 operands (B_MX: B given as an [N, K/2] weight; A_MX: A stored [M, K/2]) go to `k_loop_mx`; A_MX / B_MX
-    are "" for a dense operand, else the MXFP4 operand's byte layout ("ocp" or "hopper", `mxfp4.LAYOUTS`).
+    are "" for a dense operand, else the MXFP4 operand's byte layout (one of `mxfp4.LAYOUTS`).
     INTERPRETER feeds the dot fp32 copies of the operands: the Triton interpreter's bf16 dot reads raw bits, and
     bf16 -> fp32 is exact, so CPU runs of the same kernel stay trustworthy.
     """
@@ -375,17 +393,17 @@ def k_loop(
     stride_bk, stride_bn = b_strides
     stride_mxa, stride_mxb = mx_strides
     if B_MX != "":
-        # A "hopper" weight's decode tiles (bf16 A, BLOCK_M <= 16) first fold e2m1's bias into the scale (`k_loop_mx`
-        # FOLD); a tile that met a scale past 2^1 runs again exactly. On the swapped tiles of M = 17-128 it takes
-        # 13-23% fewer K-loop instructions without spilling, but its times on the H200 ranged from 7% below to 5%
-        # above the exact expansion's (benchmarks/sweep_mxfp4.py --layout hopper, planner rows, same run). The
-        # second loop's state costs registers: in a kernel that also runs Stream-K (STREAMK, the kernel's flag) the
-        # 8-row tile takes 168 registers with FOLD and 96 without (benchmarks/compile_report.py --tile 8,64,256
-        # --warps 4 --stages 4 --b-mx --mx-swap --mx-layout hopper --streamk), and split by Stream-K it ran
-        # 1 x 8192 x 28672 in 62.6 us with FOLD and 56.7 without, 1 x 4096 x 14336 21.4 -> 19.1 and 4 x 128256 x 4096
-        # 164 -> 126 (H200; the forced 8 x 64 x 256 Stream-K plan timed by tools.timing.time_rotating, e9ca43d with
-        # and without FOLD in one run), so those tiles expand exactly.
-        FOLD: tl.constexpr = B_MX == "hopper" and A_MX == "" and BLOCK_M <= 16 and not (
+        # A "hopper" or "kwords" weight's decode tiles (bf16 A, BLOCK_M <= 16) first fold e2m1's bias into the scale
+        # (`k_loop_mx` FOLD); a tile that met a scale past 2^1 runs again exactly. On the swapped tiles of M = 17-128 it
+        # takes 13-23% fewer K-loop instructions without spilling, but its times on the H200 ranged from 7% below to 5%
+        # above the exact expansion's (benchmarks/sweep_mxfp4.py --layout hopper, planner rows, same run). The second
+        # loop's state costs registers: in a kernel that also runs Stream-K (STREAMK, the kernel's flag) the 8-row tile
+        # takes 168 registers with FOLD and 96 without (benchmarks/compile_report.py --tile 8,64,256 --warps 4 --stages
+        # 4 --b-mx --mx-swap --mx-layout hopper --streamk), and split by Stream-K it ran 1 x 8192 x 28672 in 62.6 us
+        # with FOLD and 56.7 without, 1 x 4096 x 14336 21.4 -> 19.1 and 4 x 128256 x 4096 164 -> 126 (H200; the forced 8
+        # x 64 x 256 Stream-K plan timed by tools.timing.time_rotating, e9ca43d with and without FOLD in one run), so
+        # those tiles expand exactly.
+        FOLD: tl.constexpr = B_MX != "ocp" and A_MX == "" and BLOCK_M <= 16 and not (
             INTERPRETER or MX_FP16 or MX_PREFETCH or (STREAMK and BLOCK_M == 8))
         acc, top = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
@@ -532,20 +550,23 @@ def k_loop_mx(
     (A_MX: [M, K/2], scales in mxa), K steps [iter_start, iter_end). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator
     of A @ W^T, and with FOLD the largest weight scale met per (row, scale column) of the tile (zeros otherwise).
 
-    The tiles are dequantized in registers (exactly) to bf16 (`mx_dequant_bf16`; fp16 when MX_FP16, to match an fp16
-    A) and fed to `tl.dot`. (`tl.dot_scaled`, which Triton emulates on Hopper the same way, measured slower.)
-    MX_SWAP computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end, the
-    weight tile being the dot's left operand (with a "hopper" weight, its register operand).
-    MX_PREFETCH expands the next step's weight tile after issuing this step's dot, so that the expansion can run
-    while the tensor cores work. FOLD ("hopper" weight, GPU) expands with e2m1's 2^126 bias folded into the scale
-    (one multiply a pair instead of two): exact while every scale is <= 2^1, the usual case for weights; the caller
-    runs the loop again without it when the returned scales say otherwise.
+    The tiles are dequantized in registers (exactly) to bf16 (`mx_dequant_bf16`; fp16 when MX_FP16, to match an fp16 A)
+    and fed to `tl.dot`. (`tl.dot_scaled`, which Triton emulates on Hopper the same way, measured slower.) MX_SWAP
+    computes the transposed product W @ A^T ([BLOCK_N, BLOCK_M]) and transposes it once at the end, the weight tile
+    being the dot's left operand (with a "hopper" or "kwords" weight, its register operand). MX_PREFETCH expands the
+    next step's weight tile after issuing this step's dot, so that the expansion can run while the tensor cores work.
+    FOLD ("hopper" or "kwords" weight, GPU) expands with e2m1's 2^126 bias folded into the scale (one multiply a pair
+    instead of two): exact while every scale is <= 2^1, the usual case for weights; the caller runs the loop again
+    without it when the returned scales say otherwise.
     """
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
-    # 8-row swapped tiles of a "hopper" weight: the dot is [BLOCK_N, K] @ [K, 8], which runs on mma.sync, whose
-    # fragments are the expanded words in their own order; the activation tile is put in that order instead.
-    WORDS: tl.constexpr = B_MX == "hopper" and MX_SWAP and BLOCK_M == 8 and A_MX == "" and not (MX_FP16 or MX_PREFETCH)
+    # 8-row swapped tiles of a "hopper" or "kwords" weight: the dot is [BLOCK_N, K] @ [K, 8], which runs on
+    # mma.sync, whose fragments are the expanded words in their own order: K order in a "kwords" weight; a "hopper"
+    # weight's activation tile is put in that order instead (`word_order`). The other tiles of a "kwords" weight
+    # (expanded in bf16) take the wgmma's fragment order, and the activation tile is put in it (`fragment_order`).
+    WORDS: tl.constexpr = B_MX != "ocp" and MX_SWAP and BLOCK_M == 8 and A_MX == "" and not (MX_FP16 or MX_PREFETCH)
+    FRAGMENTS: tl.constexpr = B_MX == "kwords" and not (WORDS or MX_FP16)
     if MX_SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
@@ -560,7 +581,7 @@ def k_loop_mx(
             b_w = w_next
         elif FOLD:
             b_w, w_scales = mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N,
-                                                  BLOCK_K, EVEN_K, INTERPRETER, True, WORDS)
+                                                  BLOCK_K, EVEN_K, INTERPRETER, True, WORDS, B_MX)
             top = tl.maximum(top, w_scales)
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
@@ -580,8 +601,10 @@ def k_loop_mx(
                 b_a = tl.load(p_a)
             else:
                 b_a = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
-        if WORDS:
+        if WORDS and B_MX == "hopper":
             b_a = word_order(b_a, BLOCK_M, BLOCK_K)
+        elif FRAGMENTS:
+            b_a = fragment_order(b_a, BLOCK_M, BLOCK_K)
         if INTERPRETER:
             b_a = b_a.to(tl.float32)
             b_w = b_w.to(tl.float32)

@@ -22,9 +22,10 @@ def _expand_tile(tile, data_ptr, scales_ptr, out_ptr, rows, K, stride_data, stri
     pid_r, pid_k = tile % num_r, tile // num_r
     offs_r = (pid_r * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     k0 = pid_k * BLOCK_K
-    # [BLOCK_R, BLOCK_K]: rows past the end are wrapped for the load and masked at the store
+    # [BLOCK_R, BLOCK_K] in K order (a "kwords" tile in its words' order): rows past the end are wrapped for the load
+    # and masked at the store
     b_w = mx_weight_tile(data_ptr, scales_ptr, offs_r % rows, stride_data, stride_scales, k0, K,
-                         BLOCK_R, BLOCK_K, EVEN_K, INTERPRETER, FP16, LAYOUT)
+                         BLOCK_R, BLOCK_K, EVEN_K, INTERPRETER, FP16, LAYOUT, LAYOUT == "kwords")
     offs_k = k0 + tl.arange(0, BLOCK_K)
     mask = (offs_r < rows)[:, None] & (offs_k < K)[None, :]
     tl.store(out_ptr + offs_r[:, None] * stride_out + offs_k[None, :], b_w, mask=mask)

@@ -453,8 +453,10 @@ def run(args: argparse.Namespace) -> int:
         if args.mxfp4_model:
             print(f"\n## MXFP4: a Llama ({args.mxfp4_model}) swapped to MXFP4Linear vs the same model in bf16 torch "
                   "(CUDA-graph replays)")
-            try:
-                print(table(model_rows(args.mxfp4_model, [1, 16, 64], 2048, mxfp4=True)))
+            try:  # each word layout of --mxfp4-layouts; the default's choice where none is given
+                word_layouts = [t for t in layouts if t != "ocp"] or [None]
+                print(table([{"layout": t, **row} for t in word_layouts
+                             for row in model_rows(args.mxfp4_model, [1, 16, 64], 2048, mxfp4=True, layout=t)]))
             except ImportError as exc:
                 print(f"skipped: {exc} (pip install transformers)")
     if args.epilogue:

@@ -27,16 +27,17 @@ LLAMA_SIZES = {
 
 
 @torch.no_grad()
-def llama_models(size: str, *, mxfp4: bool = False, num_sms: int | None = None,
-                 device: str = "cuda") -> tuple[torch.nn.Module, torch.nn.Module, list[str]]:
-    """(torch model, smgemm model, the swapped layers' names) of a random bf16 Llama of `size` (`LLAMA_SIZES`)."""
+def llama_models(size: str, *, mxfp4: bool = False, num_sms: int | None = None, device: str = "cuda",
+                 layout: str | None = None) -> tuple[torch.nn.Module, torch.nn.Module, list[str]]:
+    """(torch model, smgemm model, the swapped layers' names) of a random bf16 Llama of `size` (`LLAMA_SIZES`);
+    `layout`: the MXFP4 weights' byte layout (`swap_linears`)."""
     import transformers  # the test extra; only this tool needs it
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(max_position_embeddings=4096, **LLAMA_SIZES[size])
     model = transformers.LlamaForCausalLM(config).to(device=device, dtype=torch.bfloat16).eval()
     ours = copy.deepcopy(model)
-    swapped = smgemm.nn.swap_linears(ours, num_sms=num_sms, mxfp4=mxfp4)
+    swapped = smgemm.nn.swap_linears(ours, num_sms=num_sms, mxfp4=mxfp4, layout=layout)
     if mxfp4:  # the reference multiplies the same (dequantized) values in bf16
         for name in swapped:
             model.get_submodule(name).weight.copy_(ours.get_submodule(name).weight.dequantize(torch.bfloat16))
@@ -57,11 +58,11 @@ def forward_ms(fn) -> float:
 
 @torch.no_grad()
 def model_rows(size: str, batches: list[int], prefill: int, *, mxfp4: bool = False,
-               num_sms: int | None = None) -> list[dict[str, object]]:
+               num_sms: int | None = None, layout: str | None = None) -> list[dict[str, object]]:
     """One row per decode batch (one token each) and one for a prefill of `prefill` tokens: the logits' relative
     difference and, on a GPU, torch's and smgemm's forward times and the speed-up."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, ours, _ = llama_models(size, mxfp4=mxfp4, num_sms=num_sms, device=device)
+    model, ours, _ = llama_models(size, mxfp4=mxfp4, num_sms=num_sms, device=device, layout=layout)
     vocab = model.config.vocab_size
     rows = []
     for batch, seq, label in [*((b, 1, f"decode, batch {b}") for b in batches), (1, prefill, "prefill")]:
