@@ -130,3 +130,41 @@ def test_torch_mxfp4_dtypes_interoperate_bit_exactly():
     assert torch.equal(one[:255], as_torch[:255])
     with pytest.raises(TypeError, match="data must be"):
         smgemm.MXFP4Tensor.from_torch(w.data, scales)
+
+
+def test_kwords_layout_through_swap_and_reload(tmp_path, device):
+    """`swap_linears(..., layout="kwords")` stores "kwords" weights, checks every layer's in_features first (a
+    multiple of 128), saves the interchange bytes, and `load_mxfp4(..., layout=...)` reloads them in any layout."""
+    def build():
+        return torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 96),
+                                   torch.nn.ReLU(), torch.nn.Linear(96, 16)).to(device).bfloat16()
+
+    model = build()
+    with pytest.raises(ValueError, match=r"^4: cannot become an MXFP4 layer: in_features 96 is not a multiple of 128 "
+                                         r"\(layout 'kwords'\)"):
+        smgemm.nn.swap_linears(model, mxfp4=True, layout="kwords")
+    assert all(type(model[i]) is torch.nn.Linear for i in (0, 2, 4))  # nothing changed
+    report = smgemm.nn.swap_linears(model, mxfp4=True, layout="kwords", incompatible="skip")
+    assert list(report) == ["0", "2"] and "4" in report.skipped and model[0].layout == model[2].layout == "kwords"
+    with pytest.raises(ValueError, match="without mxfp4=True"):
+        smgemm.nn.swap_linears(build(), layout="kwords")
+    torch.save(model.state_dict(), tmp_path / "m.pt")
+    x = torch.randn(3, 128, device=device).bfloat16()
+    for layout in ("kwords", "hopper", "ocp", None):
+        fresh = build()
+        fresh[4] = model[4]  # the layer left dense
+        names = smgemm.nn.load_mxfp4(fresh, torch.load(tmp_path / "m.pt", weights_only=True), layout=layout)
+        assert names == ["0", "2"] and fresh[0].layout == (layout or "hopper")
+        with torch.no_grad():
+            got, want = fresh(x).float(), model(x).float()
+        if layout == "kwords":
+            assert torch.equal(got, want)
+        else:  # other tiles sum in another order: the bf16 outputs of the two MXFP4 layers may each round one ulp
+            # (2^-8 relative) apart, which the last layer carries on
+            torch.testing.assert_close(got, want, rtol=2 ** -7, atol=2 ** -7 * want.abs().max().item())
+    with pytest.raises(ValueError, match=r"^4: in_features 96 is not a multiple of 128 \(layout 'kwords'\)"):
+        dense = build()
+        smgemm.nn.swap_linears(dense, mxfp4=True)  # the default layouts: "hopper", and "ocp" for in_features 96
+        smgemm.nn.load_mxfp4(build(), dense.state_dict(), layout="kwords")
+    with pytest.raises(ValueError, match="layout must be None or one of"):
+        smgemm.nn.load_mxfp4(build(), {}, layout="blackwell")

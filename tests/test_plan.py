@@ -357,6 +357,18 @@ def test_hopper_decode_with_bf16_activations_runs_eight_row_tiles():
     assert TileConfig(8, 64, 256, mx_swap=True).block_m == 8
 
 
+def test_kwords_weights_plan_as_hopper_ones():
+    """A "kwords" weight is read in the same words as a "hopper" one: every rule gives it the same plan."""
+    for m in (1, 8, 9, 16, 32, 64, 100, 128, 300, 4096):
+        for n, k in ((14336, 4096), (4096, 14336), (128256, 4096), (28672, 8192), (1024, 128)):
+            for schedule, num_sms in (("auto", None), ("auto", 66), ("streamk", None), ("data_parallel", None)):
+                for dtype, a_mx in ((torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)):
+                    args = (m, n, k, dtype, H200)
+                    kw = dict(schedule=schedule, num_sms=num_sms, a_mx=a_mx)
+                    assert make_mx_plan(*args, layout="kwords", **kw) == make_mx_plan(*args, layout="hopper", **kw)
+            assert mx_config(m, n, k, "kwords") == mx_config(m, n, k, "hopper")
+
+
 @pytest.mark.parametrize("schedule,num_sms", [("auto", None), ("persistent", None), ("streamk", 100)])
 def test_hopper_weight_plans_read_whole_groups_in_tiles_that_compile(schedule, num_sms):
     """A "hopper" MXFP4 weight is read in whole 128-element groups, so every fused plan takes K steps of 128 or

@@ -266,10 +266,10 @@ def gemm_mxfp4(
         return out
     if k == 0 or alpha == 0:
         return _empty_product(out, c, beta)
-    # "kwords" weights take the tiles planned for "hopper" ones (same words, K steps >= 128)
-    words = any(t.layout != "ocp" for t in (w, a) if isinstance(t, MXFP4Tensor))
+    # a word layout ("hopper", "kwords": K steps >= 128) on either operand plans as the weight's
+    words = [t.layout for t in (w, a) if isinstance(t, MXFP4Tensor) and t.layout != "ocp"]
     plan = decide(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config,
-                  mxfp4=True, mx_layout="hopper" if words else "ocp", mx_a=isinstance(a, MXFP4Tensor))
+                  mxfp4=True, mx_layout=words[0] if words else "ocp", mx_a=isinstance(a, MXFP4Tensor))
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     ops = Operands(a, w, out, c, smid_out=smid_out)

@@ -71,9 +71,10 @@ class MXFP4Linear(torch.nn.Module):
     Buffers `weight_data` (uint8 [N, K/2], bytes in `layout`) and `weight_scales` (uint8 [N, K/32]); `bias` stays a
     Parameter in the activation dtype. Gradients flow to the input (and bias), not to the quantized weight.
 
-    `layout` (`mxfp4.LAYOUTS`): the byte layout the kernels read; None picks "hopper" (the fastest) where
-    in_features is a multiple of 128, else "ocp". The weight is converted once, here. A checkpoint
-    (`state_dict`) always holds the "ocp" interchange bytes, so that it loads into a layer of either layout.
+    `layout` (`mxfp4.LAYOUTS`): the byte layout the kernels read; None picks "hopper" (the fastest from M = 9 on; up
+    to M = 8 "kwords" takes 0.74-1.01x its time, docs/performance.md) where in_features is a multiple of 128, else
+    "ocp". The weight is converted once, here. A checkpoint (`state_dict`) always holds the "ocp" interchange bytes,
+    so that it loads into a layer of any layout.
     """
 
     def __init__(self, weight: MXFP4Tensor, bias: torch.Tensor | None = None, *, num_sms: int | None = None,
@@ -235,7 +236,7 @@ def swap_linears(
 
 
 def load_mxfp4(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], *, strict: bool = True,
-               num_sms: int | None = None, schedule: str | None = None) -> SwapReport:
+               num_sms: int | None = None, schedule: str | None = None, layout: str | None = None) -> SwapReport:
     """Load a checkpoint of a model swapped with `swap_linears(..., mxfp4=True)` into a fresh, unswapped `model`:
     every `torch.nn.Linear` whose MXFP4 buffers (`<name>.weight_data`, `<name>.weight_scales`) the checkpoint holds
     becomes an empty `MXFP4Linear` (nothing is quantized), then `model.load_state_dict(state_dict, strict)` fills
@@ -245,9 +246,12 @@ def load_mxfp4(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], *, s
         smgemm.nn.load_mxfp4(model, torch.load("model.pt", weights_only=True))
 
     Returns the qualified names turned into MXFP4 layers. A layer whose shape differs from the checkpoint's raises,
-    naming it (as load_state_dict does).
+    naming it (as load_state_dict does). `layout`: the byte layout the layers store (as in `swap_linears`; a layer
+    whose in_features the layout cannot hold raises, naming it).
     """
     check_knobs(schedule, num_sms)
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"layout must be None or one of {LAYOUTS}, got {layout!r}")
     names = []
     replaced: dict[int, torch.nn.Module] = {}
     for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
@@ -260,9 +264,12 @@ def load_mxfp4(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], *, s
                 if tuple(packed.shape) != (child.out_features, child.in_features // 2):
                     raise ValueError(f"{qualified}: the checkpoint's weight_data is {tuple(packed.shape)}, the layer "
                                      f"needs {(child.out_features, child.in_features // 2)}")
+                if layout not in (None, "ocp") and child.in_features % (2 * HOPPER_GROUP):
+                    raise ValueError(f"{qualified}: in_features {child.in_features} is not a multiple of "
+                                     f"{2 * HOPPER_GROUP} (layout {layout!r})")
                 replaced[id(child)] = MXFP4Linear.empty(
                     child.in_features, child.out_features, child.bias is not None, dtype=child.weight.dtype,
-                    device=child.weight.device, num_sms=num_sms, schedule=schedule)
+                    device=child.weight.device, num_sms=num_sms, schedule=schedule, layout=layout)
             setattr(parent, child_name, replaced[id(child)])
             names.append(qualified)
     model.load_state_dict(state_dict, strict=strict)
