@@ -4,15 +4,16 @@ program may use with the planned pipeline (a launch then runs them with fewer st
 the kernel as Python, so CPU tests cannot see either; without this a variant that never compiled would first fail
 on a GPU user's call of that shape.
 
-    python benchmarks/compile_plans.py              # the whole grid (~1860 variants, ~25 min on 2 cores)
+    python benchmarks/compile_plans.py              # the whole grid (~1900 variants, ~25 min on 2 cores)
     python benchmarks/compile_plans.py --list       # the variants only, with a problem that picks each
     python benchmarks/compile_plans.py --sample 8   # 8 of them, spread over the grid (tests/test_compiles.py)
+    python benchmarks/compile_plans.py --match kwords  # those a problem described with this text picks
 
 The grid: dense bf16 / fp16 / fp8 / fp32 (TF32 and full precision) problems, rows aligned to 16, 4 or 1 elements
 (read in place with 4-element K-runs, or element by element), B as an nn.Linear
 weight (with a bias or a C matrix in the output's dtype; also with an fp32 output) or row-major, A row- or
 column-major, 2-D and batched (with and without C), on the whole H200 and on 16 and 66 SMs, every schedule; MXFP4
-weights in both byte layouts with bf16, fp16 and MXFP4 activations. Each variant is compiled with 32- and with
+weights in every byte layout with bf16, fp16 and MXFP4 activations. Each variant is compiled with 32- and with
 64-bit offsets.
 """
 
@@ -28,6 +29,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import torch
 
 from smgemm._device import INTERPRETER_SPEC
+from smgemm.mxfp4 import LAYOUTS
 from smgemm.plan import decide, mx_expands
 
 H200 = dataclasses.replace(INTERPRETER_SPEC, interpreted=False)
@@ -76,7 +78,7 @@ def _dense(m, n, k, dtype, budget, schedule, align, layout, has_c, batch, out=No
 
 def _mxfp4(m, n, k, act, layout, budget, schedule, has_c) -> Variant | None:
     a_mx = act == "mxfp4"
-    if mx_expands(m, n, k, a_mx) or (layout == "hopper" and k % 128):
+    if mx_expands(m, n, k, a_mx) or (layout != "ocp" and k % 128):
         return None  # expanded first: the dense bf16 path above
     dtype = torch.float16 if act == "fp16" else torch.bfloat16
     plan = decide(m, n, k, dtype, H200, schedule=schedule, num_sms=budget, mxfp4=True, mx_layout=layout)
@@ -108,7 +110,7 @@ def variants() -> dict[Variant, str]:
             for dtype, has_c in itertools.product((torch.bfloat16, torch.float16), (False, "matrix")):
                 found.setdefault(_dense(m, n, k, dtype, budget, schedule, 16, "nn", has_c, 8),
                                  f"8 x {where} {_NAMES[dtype]} batched c={has_c}")
-        for act, layout in itertools.product(("bf16", "fp16", "mxfp4"), ("ocp", "hopper")):
+        for act, layout in itertools.product(("bf16", "fp16", "mxfp4"), LAYOUTS):
             has_c = act != "mxfp4" and "row"
             v = _mxfp4(m, n, k, act, layout, budget, schedule, has_c)
             if v is not None:
@@ -138,9 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--list", action="store_true", help="print the variants, compile nothing")
     p.add_argument("--sample", type=int, default=0, help="compile only this many variants, spread over the grid")
+    p.add_argument("--match", default="", help="only the variants picked by a problem whose description has this text")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = p.parse_args(argv)
-    found = variants()
+    found = {v: where for v, where in variants().items() if args.match in where}
     todo = list(found)
     if args.sample:
         todo = todo[::max(1, len(todo) // args.sample)][:args.sample]

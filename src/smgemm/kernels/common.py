@@ -193,8 +193,9 @@ def _load_hopper_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row
     """The 32-bit words uint32 [ROWS, BLOCK_K // 8] and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at K offset k0 of a
     "hopper" or "kwords" MXFP4 operand [rows, K/2] (row stride and base multiples of 16 bytes; K and BLOCK_K
     multiples of 128).
-    Word (g, t, jw) of a row's step holds the "ocp" bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g (their
-    bits rearranged: `mxfp4.WORD_BITS`), which share one scale group. A K tail reads zero codes with scale 2^0."""
+    Word (g, t, jw) of a row's step holds the "ocp" bytes 16 jw + 4 jj + t (jj < 4) of its 64-byte group g in a
+    "hopper" operand, word w the bytes 4 w + jj in a "kwords" one (their bits rearranged: `mxfp4.WORD_BITS`); a
+    word's bytes share one scale group. A K tail reads zero codes with scale 2^0."""
     offs_w = k0 // 8 + tl.arange(0, BLOCK_K // 8)
     offs_s = k0 // 32 + tl.arange(0, BLOCK_K // 32)
     p_words = p_data.to(tl.pointer_type(tl.uint32)) + offs_rows[:, None] * (stride_row // 4) + offs_w[None, :]
@@ -398,11 +399,11 @@ def k_loop(
         # takes 13-23% fewer K-loop instructions without spilling, but its times on the H200 ranged from 7% below to 5%
         # above the exact expansion's (benchmarks/sweep_mxfp4.py --layout hopper, planner rows, same run). The second
         # loop's state costs registers: in a kernel that also runs Stream-K (STREAMK, the kernel's flag) the 8-row tile
-        # takes 168 registers with FOLD and 96 without (benchmarks/compile_report.py --tile 8,64,256 --warps 4 --stages
-        # 4 --b-mx --mx-swap --mx-layout hopper --streamk), and split by Stream-K it ran 1 x 8192 x 28672 in 62.6 us
-        # with FOLD and 56.7 without, 1 x 4096 x 14336 21.4 -> 19.1 and 4 x 128256 x 4096 164 -> 126 (H200; the forced 8
-        # x 64 x 256 Stream-K plan timed by tools.timing.time_rotating, e9ca43d with and without FOLD in one run), so
-        # those tiles expand exactly.
+        # takes 168 registers with FOLD and 96 without (benchmarks/compile_report.py --tile 8,64,256 --warps 4
+        # --stages 4 --b-mx --mx-swap --mx-layout hopper --streamk), and split by Stream-K it ran 1 x 8192 x 28672 in
+        # 62.6 us with FOLD and 56.7 without, 1 x 4096 x 14336 21.4 -> 19.1 and 4 x 128256 x 4096 164 -> 126 (H200; the
+        # forced 8 x 64 x 256 Stream-K plan timed by tools.timing.time_rotating, e9ca43d with and without FOLD in one
+        # run), so those tiles expand exactly.
         FOLD: tl.constexpr = B_MX != "ocp" and A_MX == "" and BLOCK_M <= 16 and not (
             INTERPRETER or MX_FP16 or MX_PREFETCH or (STREAMK and BLOCK_M == 8))
         acc, top = k_loop_mx(
