@@ -253,7 +253,7 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
 
 
 def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False,
-                layouts: tuple[str, ...] = ("ocp", "hopper")) -> list[dict[str, object]]:
+                layouts: tuple[str, ...] = LAYOUTS) -> list[dict[str, object]]:
     """smgemm.linear with an MXFP4 weight (and MXFP4 activations if `both`) vs torch.matmul in bf16 on the
     dequantized values, side by side on the same inputs (weights rotated through ~256 MB of copies), the weight in
     each of `layouts` (`mxfp4.LAYOUTS`) its K allows. Rows with M <= 128 also give CUDA-graph times and the read
@@ -404,8 +404,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mxfp4-shapes", default="default", choices=("default", "llama"),
                    help="the MXFP4 table's problems: decode and large shapes, or the Llama-3 8B and 70B projections "
                         "at M = 1-128")
-    p.add_argument("--mxfp4-layouts", default=["ocp", "hopper"], type=choices_list(LAYOUTS),
-                   help="comma list of the weight's byte layouts to time")
+    p.add_argument("--mxfp4-layouts", default=list(LAYOUTS), type=choices_list(LAYOUTS),
+                   help="comma list of the weight's byte layouts to time (the model table: each but 'ocp')")
     p.add_argument("--mxfp4-model", default="mid", choices=("mid", "tiny", ""),
                    help="the model-level MXFP4 table's Llama (mid: Llama-3-8B-shaped, 4 layers; decode batches 1, "
                         "16, 64 and a 2048-token prefill; needs transformers); '' skips")
