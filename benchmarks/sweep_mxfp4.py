@@ -28,7 +28,7 @@ def main():
     p.add_argument("--variants", required=True, help="semicolon list of variants")
     p.add_argument("--both", action="store_true", help="MXFP4 activations too")
     p.add_argument("--num-sms", type=int, default=None)
-    p.add_argument("--layout", default="ocp", help="the weight's byte layout (smgemm.mxfp4.LAYOUTS): ocp or hopper")
+    p.add_argument("--layout", default="ocp", help="the weight's byte layout (smgemm.mxfp4.LAYOUTS)")
     p.add_argument("--expand", choices=("auto", "on", "off"), default="auto",
                    help="the planner row's MXFP4 path: as planned, or forced to two passes (on) or fused (off)")
     p.add_argument("--expand-blocks", default="",
