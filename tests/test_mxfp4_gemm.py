@@ -359,12 +359,12 @@ def test_errors(device):
 # ---------------------------------------------------------------- modules, autograd, compile
 
 
-@pytest.mark.parametrize("k,layout", [(64, "ocp"), (128, "hopper")])
+@pytest.mark.parametrize("k,layout", [(64, "ocp"), (128, "hopper"), (256, "kwords")])
 def test_mxfp4_linear_module_and_activation_gradient(k, layout, device):
     """Through the custom op (the input requires grad): forward and the activation gradient, which dequantizes the
-    stored weight in its own layout."""
+    stored weight in its own layout (the default's, or "kwords" as asked)."""
     lin = torch.nn.Linear(k, 24, device=device, dtype=torch.bfloat16)
-    q = smgemm.nn.MXFP4Linear.from_linear(lin, num_sms=2)
+    q = smgemm.nn.MXFP4Linear.from_linear(lin, num_sms=2, layout="kwords" if layout == "kwords" else None)
     assert q.bias is lin.bias and q.weight_data.dtype == torch.uint8 and f"mxfp4 ({layout})" in repr(q)
     deq = smgemm.quantize_mxfp4(lin.weight.detach()).dequantize(torch.bfloat16)
     torch.testing.assert_close(q.weight.dequantize(torch.bfloat16), deq, rtol=0, atol=0)
