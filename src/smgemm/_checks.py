@@ -260,7 +260,7 @@ def check_mxfp4(a, w, c, beta, out, out_dtype) -> Checked:
         check_device(name, t, device)
         if name != "a" and t.stride(-1) != 1:
             raise ValueError(f"{name} must be contiguous along K (stride 1 in its last dim), got strides {t.stride()}")
-    for name, t in (("a", a), ("w", w)):  # read as 16-byte aligned 32-bit words (kernels.common._load_hopper_words)
+    for name, t in (("a", a), ("w", w)):  # read as 16-byte aligned 32-bit words (kernels.common._load_words)
         if isinstance(t, MXFP4Tensor) and t.layout != "ocp" and (t.data.stride(0) % 16 or _address(t.data) % 16):
             raise ValueError(f"{name}.data of a {t.layout!r} MXFP4Tensor needs rows that start on 16-byte "
                              f"boundaries, got a row stride of {t.data.stride(0)} bytes at address {_address(t.data)} "

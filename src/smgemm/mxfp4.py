@@ -41,7 +41,7 @@ _MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, Fa
 #   (t < 4, j < 16). An MMA fragment (register operand of wgmma / mma.sync, bf16) gives lane t of each quad the
 #   element pairs 2i, 2i + 1 with i = t mod 4 of every 16 elements, so a thread reads its 16 bytes of a group in one
 #   16-byte load and each byte expands to one fragment register, with no exchange between threads
-#   (`kernels.common.mx_hopper_weight_tile`). Within each 32-bit word (little-endian, 4 of those bytes) the 32 bits
+#   (`kernels.common.mx_words_weight_tile`). Within each 32-bit word (little-endian, 4 of those bytes) the 32 bits
 #   are then rearranged (`_interleave`) so that each byte's pair of elements comes out as a bf16x2 register with one
 #   to five integer instructions instead of eight. Needs K to be a multiple of 128.
 # * "kwords": the "ocp" bytes in their order, each 32-bit word's bits rearranged as in "hopper": word w expands to

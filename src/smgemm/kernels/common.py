@@ -188,8 +188,8 @@ def _word_pair(word, K: tl.constexpr, s):
 
 
 @triton.jit
-def _load_hopper_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
-                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+def _load_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K,
+                ROWS: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """The 32-bit words uint32 [ROWS, BLOCK_K // 8] and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at K offset k0 of a
     "hopper" or "kwords" MXFP4 operand [rows, K/2] (row stride and base multiples of 16 bytes; K and BLOCK_K
     multiples of 128).
@@ -228,7 +228,7 @@ def _word_order_pairs(o0, o1, o2, o3, ROWS: tl.constexpr, BLOCK_K: tl.constexpr)
 @triton.jit
 def word_order(x, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """A K-ordered [ROWS, BLOCK_K] tile in the order of a "hopper" weight tile expanded in word order
-    (`mx_hopper_weight_tile` WORD_ORDER): position 8 w + 2 jj + e of a step holds element 2 (16 jw + 4 jj + t) + e of
+    (`mx_words_weight_tile` WORD_ORDER): position 8 w + 2 jj + e of a step holds element 2 (16 jw + 4 jj + t) + e of
     its 128-element group g, for the step's word w = 16 g + 4 t + jw. A dot of two tiles in this order sums the same
     products as in K order."""
     return x.reshape(ROWS, BLOCK_K // 128, 4, 4, 4, 2).permute(0, 1, 4, 2, 3, 5).reshape(ROWS, BLOCK_K)
@@ -237,15 +237,15 @@ def word_order(x, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
 @triton.jit
 def fragment_order(x, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """A K-ordered [ROWS, BLOCK_K] tile in the order of a "kwords" weight tile expanded in fragment order
-    (`mx_hopper_weight_tile`): position 2 (16 jw + 4 jj + t) + e of a 128-element group holds its element
+    (`mx_words_weight_tile`): position 2 (16 jw + 4 jj + t) + e of a 128-element group holds its element
     2 (16 t + 4 jw + jj) + e. A dot of two tiles in this order sums the same products as in K order."""
     return x.reshape(ROWS, BLOCK_K // 128, 4, 4, 4, 2).permute(0, 1, 3, 4, 2, 5).reshape(ROWS, BLOCK_K)
 
 
 @triton.jit
-def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr,
-                          FOLDED: tl.constexpr, WORD_ORDER: tl.constexpr = False, LAYOUT: tl.constexpr = "hopper"):
+def mx_words_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr,
+                         FOLDED: tl.constexpr, WORD_ORDER: tl.constexpr = False, LAYOUT: tl.constexpr = "hopper"):
     """The [BLOCK_N, BLOCK_K] bf16 tile at K offset k0 of a "hopper" or "kwords" (LAYOUT) MXFP4 weight [N, K/2] (row
     stride and base multiples of 16 bytes; K and BLOCK_K multiples of 128), and its e8m0 scales
     [BLOCK_N, BLOCK_K // 32].
@@ -259,8 +259,7 @@ def mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, 
     operand in a "hopper" one. FOLDED: 2^126 folded into the scale, exact only while every scale is <= 128 (`k_loop`
     checks the scales returned). The interpreter computes the same pairs through fp32.
     """
-    words, scales = _load_hopper_words(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K,
-                                       EVEN_K)
+    words, scales = _load_words(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K)
     G: tl.constexpr = BLOCK_K // 128
     if LAYOUT == "kwords":  # word w holds elements 8 w .. 8 w + 7: scale group w // 4
         s = tl.broadcast_to(scales.reshape(BLOCK_N, 4 * G, 1), (BLOCK_N, 4 * G, 4)).reshape(BLOCK_N, BLOCK_K // 8)
@@ -297,11 +296,11 @@ def mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N
                    LAYOUT: tl.constexpr, WORD_ORDER: tl.constexpr = False):
     """The [BLOCK_N, BLOCK_K] weight tile at K offset k0 of an MXFP4 weight [N, K/2] (bytes in LAYOUT), expanded
     (exactly) to bf16, or to fp16 when MX_FP16 (fp16 cannot hold most scales' range: the exact fp32 values are
-    rounded once). A "hopper" or "kwords" weight's bf16 tile comes in the order `mx_hopper_weight_tile` gives it
+    rounded once). A "hopper" or "kwords" weight's bf16 tile comes in the order `mx_words_weight_tile` gives it
     (its fragments', or WORD_ORDER its words'); fp16 tiles in K order."""
     if LAYOUT != "ocp" and not MX_FP16:
-        return mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
-                                     INTERPRETER, False, WORD_ORDER, LAYOUT)[0]
+        return mx_words_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
+                                    INTERPRETER, False, WORD_ORDER, LAYOUT)[0]
     w_packed, w_scales = load_mx_raw(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N, BLOCK_K, EVEN_K,
                                      LAYOUT)
     if MX_FP16:
@@ -318,12 +317,12 @@ def load_mx_raw(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K
     """The packed bytes uint8 [ROWS, BLOCK_K // 2] (in "ocp" order) and e8m0 scales uint8 [ROWS, BLOCK_K // 32] at
     K offset k0 of an MXFP4 operand stored [rows, K / 2] (packed along K, bytes in LAYOUT). A K tail (K is a
     multiple of 32, so it covers whole scale groups) reads zero codes with scale 2^0. A "hopper" or "kwords" operand
-    (K a multiple of 128, BLOCK_K too) is read as words (`_load_hopper_words`), its bytes rebuilt from their
+    (K a multiple of 128, BLOCK_K too) is read as words (`_load_words`), its bytes rebuilt from their
     rearranged bits: the path of fp16 and MXFP4 activations; bf16 ones expand such a weight in
-    `mx_hopper_weight_tile`."""
+    `mx_words_weight_tile`."""
     if LAYOUT != "ocp":
-        words, scales = _load_hopper_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K, ROWS,
-                                           BLOCK_K, EVEN_K)
+        words, scales = _load_words(p_data, p_scales, offs_rows, stride_row, stride_scale_row, k0, K, ROWS,
+                                    BLOCK_K, EVEN_K)
         b0 = _pair_byte(_word_pair_bits(words, 0))
         b1 = _pair_byte(_word_pair_bits(words, 1))
         b2 = _pair_byte(_word_pair_bits(words, 2))
@@ -581,8 +580,8 @@ def k_loop_mx(
         if MX_PREFETCH:  # expanded during the previous step's dot
             b_w = w_next
         elif FOLD:
-            b_w, w_scales = mx_hopper_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N,
-                                                  BLOCK_K, EVEN_K, INTERPRETER, True, WORDS, B_MX)
+            b_w, w_scales = mx_words_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K, BLOCK_N,
+                                                 BLOCK_K, EVEN_K, INTERPRETER, True, WORDS, B_MX)
             top = tl.maximum(top, w_scales)
         else:
             b_w = mx_weight_tile(w_ptr, mxw_ptr, offs_n, stride_wn, stride_mxw, k0, K,
