@@ -33,7 +33,8 @@ def main() -> None:
     p.add_argument("--batches", default="1,16,64", help="decode batch sizes (GPU; batch 1 on the CPU)")
     p.add_argument("--mxfp4", action="store_true", help="swap to MXFP4Linear layers (quantized weights)")
     p.add_argument("--layout", default=None, help="the MXFP4 weights' byte layout (smgemm.mxfp4.LAYOUTS; default: "
-                   "MXFP4Linear's choice)")
+                   "MXFP4Linear's choice; 'hopper' and 'kwords' need every in_features a multiple of 128, so not "
+                   "--size tiny)")
     args = p.parse_args()
     batches = [int(b) for b in args.batches.split(",")] if gpu else [1]
     print(f"{'cuda' if gpu else 'cpu'}: Llama {args.size}, num_sms={args.num_sms}, mxfp4={args.mxfp4}, "
