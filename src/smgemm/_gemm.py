@@ -267,9 +267,9 @@ def gemm_mxfp4(
     if k == 0 or alpha == 0:
         return _empty_product(out, c, beta)
     # a word layout ("hopper", "kwords": K steps >= 128) on either operand plans as the weight's
-    words = [t.layout for t in (w, a) if isinstance(t, MXFP4Tensor) and t.layout != "ocp"]
+    layout = w.layout if w.layout != "ocp" or not isinstance(a, MXFP4Tensor) else a.layout
     plan = decide(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config,
-                  mxfp4=True, mx_layout=words[0] if words else "ocp", mx_a=isinstance(a, MXFP4Tensor))
+                  mxfp4=True, mx_layout=layout, mx_a=isinstance(a, MXFP4Tensor))
     if plan.config.block_k < 32:
         raise ValueError(f"MXFP4 operands need block_k >= 32 (one scale group), got {plan.config}")
     ops = Operands(a, w, out, c, smid_out=smid_out)

@@ -153,12 +153,19 @@ class SwapReport(list):
         self.skipped = dict(skipped or {})
 
 
+def _layout_problem(in_features: int, layout: str | None) -> str | None:
+    """Why an MXFP4 weight of `in_features` cannot be stored in `layout` (None: the default, which always can)."""
+    if layout not in (None, "ocp") and in_features % (2 * HOPPER_GROUP):
+        return f"in_features {in_features} is not a multiple of {2 * HOPPER_GROUP} (layout {layout!r})"
+    return None
+
+
 def _mxfp4_problem(module: torch.nn.Linear, shared: set[int], layout: str | None) -> str | None:
     """Why `module` cannot become an MXFP4Linear (its weight in `layout`; None: the default), or None."""
     if module.in_features % BLOCK:
         return f"in_features {module.in_features} is not a multiple of {BLOCK}"
-    if layout not in (None, "ocp") and module.in_features % (2 * HOPPER_GROUP):
-        return f"in_features {module.in_features} is not a multiple of {2 * HOPPER_GROUP} (layout {layout!r})"
+    if (problem := _layout_problem(module.in_features, layout)) is not None:
+        return problem
     if id(module.weight) in shared:
         return "its weight is tied to another module's parameter (quantizing would untie it)"
     if module.weight.dtype not in (torch.bfloat16, torch.float16):
@@ -264,9 +271,9 @@ def load_mxfp4(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], *, s
                 if tuple(packed.shape) != (child.out_features, child.in_features // 2):
                     raise ValueError(f"{qualified}: the checkpoint's weight_data is {tuple(packed.shape)}, the layer "
                                      f"needs {(child.out_features, child.in_features // 2)}")
-                if layout not in (None, "ocp") and child.in_features % (2 * HOPPER_GROUP):
-                    raise ValueError(f"{qualified}: in_features {child.in_features} is not a multiple of "
-                                     f"{2 * HOPPER_GROUP} (layout {layout!r})")
+                problem = _layout_problem(child.in_features, layout)
+                if problem is not None:
+                    raise ValueError(f"{qualified}: {problem}")
                 replaced[id(child)] = MXFP4Linear.empty(
                     child.in_features, child.out_features, child.bias is not None, dtype=child.weight.dtype,
                     device=child.weight.device, num_sms=num_sms, schedule=schedule, layout=layout)

@@ -639,37 +639,37 @@ def make_mx_plan(
       128 tiles of 8 warps one per SM from _MX_WIDE_DECODE_MIN weight elements on, split by Stream-K (the note above).
     """
     whole = whole_device(num_sms, spec)
-    hopper = layout != "ocp"  # "hopper" or "kwords": the same words, read by the same tiles
+    word_layout = layout != "ocp"  # "hopper" or "kwords": the same words, read by the same tiles
     if config is None:
         config = mx_config(m, n, k, layout)
-        words = schedule == "auto" and whole and hopper and m <= _MX_WORDS_MAX_M and \
+        words = schedule == "auto" and whole and word_layout and m <= _MX_WORDS_MAX_M and \
             dtype == torch.bfloat16 and not a_mx
         if words:
             config = dataclasses.replace(config, block_m=8, block_k=min(config.block_k, 256), num_stages=4)
         decode = schedule == "auto" and whole and config is not None and m <= 16
-        if schedule == "auto" and whole and hopper and m <= 32 and not words and \
+        if schedule == "auto" and whole and word_layout and m <= 32 and not words and \
                 n * k >= _MX_WIDE_DECODE_MIN:
             config = dataclasses.replace(config, block_n=128, block_k=128 if m <= 16 else 256,
                                          num_stages=4 if m <= 16 else 3)
             schedule = "streamk"
         elif decode and math.ceil(n / config.block_n) >= spec.num_sms:
             schedule = "data_parallel"  # one program per tile, like a data-parallel launch
-        elif decode and not hopper and k <= _MX_DECODE_SHORT_K and \
+        elif decode and not word_layout and k <= _MX_DECODE_SHORT_K and \
                 math.ceil(n / 32) >= spec.rates.sk_align_fill * spec.num_sms:
             config = dataclasses.replace(config, block_n=32)
             schedule = "data_parallel"
-        elif schedule == "auto" and whole and hopper and 64 < m <= 128:
+        elif schedule == "auto" and whole and word_layout and 64 < m <= 128:
             # the note above make_mx_plan: 64-row tiles two programs per SM, or 128 x 128 x 128 for the widest weights
             if n * k >= _MX_WIDE_DECODE_MIN:
                 config = dataclasses.replace(config, block_n=128, block_k=128, num_warps=8)
             else:
                 config = dataclasses.replace(config, block_m=64)
             schedule = "streamk"
-        elif schedule == "auto" and 16 < m <= (128 if hopper else 64):
+        elif schedule == "auto" and 16 < m <= (128 if word_layout else 64):
             schedule = "streamk"  # as measured with mx_config's tiles (persistent where nothing splits)
-        if hopper and schedule != "data_parallel" and m <= 16:
+        if word_layout and schedule != "data_parallel" and m <= 16:
             config = dataclasses.replace(config, block_k=min(config.block_k, 256), num_stages=4)
-    if hopper and (m <= 64 or (config is not None and config.block_m <= 64)) and \
+    if word_layout and (m <= 64 or (config is not None and config.block_m <= 64)) and \
             schedule != "data_parallel" and whole:
         # Two programs per SM: a split decode GEMM hides its expansion's latency behind the other program's (on the
         # H200 1 x 4096 x 14336 26.2 -> 22.6 us, 64 x 14336 x 4096 36.2 -> 30.2; three per SM were slower), four for
@@ -679,7 +679,7 @@ def make_mx_plan(
             math.ceil(k / config.block_k) >= _MX_WORDS_LONG_K_STEPS
         spec, num_sms = dataclasses.replace(spec, num_sms=(4 if long_words else 2) * spec.num_sms), None
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config, dense=False)
-    readable = hopper_steps(plan.config) if hopper else plan.config
+    readable = hopper_steps(plan.config) if word_layout else plan.config
     readable = dataclasses.replace(readable, whole_store=False)  # whole-tile stores are measured on dense tiles only
     if readable != plan.config:
         plan = make_plan(m, n, k, dtype, spec, schedule=plan.schedule, num_sms=num_sms, config=readable)
