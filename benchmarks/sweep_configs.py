@@ -3,7 +3,8 @@ behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmalo
 (BK in elements; tma = TMA loads + TMA store + flattened loop; whole = with tma, one TMA store a tile rather than two
 halves; default schedule pers; noalign = Stream-K split evenly over the whole budget, not over a grid aligned to the
 tiles; MXFP4 GEMMs also take "swap" (W @ A^T) and "prefetch", see benchmarks/sweep_mxfp4.py). A shape of four
-numbers, BxMxNxK, is a batched product (smgemm.bmm against torch.bmm on [B, M, K] @ [B, K, N]). "stage" / "nostage"
+numbers, BxMxNxK, is a batched product (smgemm.bmm against torch.bmm on [B, M, K] @ [B, K, N]); a trailing "u"
+(MxNxKu) reads the operands from buffers one column wider, as the random suite's odd problems do. "stage" / "nostage"
 copy operands whose rows the tile cannot read at full speed into aligned buffers first, or read them in place
 (`smgemm.plan.overrides(stage=...)`; without either the planner weighs the copy).
 
@@ -137,14 +138,15 @@ def main():
         print(f"experiment: planning for {spec.num_sms} SMs ({args.programs_per_sm} programs per SM)")
     rows = []
     for shape in args.shapes.split(","):
-        *batch, m, n, k = (int(v) for v in shape.split("x"))
+        unaligned = shape.endswith("u")
+        *batch, m, n, k = (int(v) for v in shape.rstrip("u").split("x"))
         batch = batch[0] if batch else 1
         if len(shape.split("x")) == 4:
             copies = max(1, min(8, math.ceil(256e6 / (batch * (m * k + k * n) * 2))))
             sets = [tuple(torch.randn(batch, *dims, device="cuda").to(dtype) for dims in ((m, k), (k, n)))
                     for _ in range(copies)]
         else:
-            sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype))  # rotated: neither side runs from L2
+            sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype), unaligned)  # rotated: no side reads L2
         a, b = sets[0]
         ref = a.float() @ b.float()
         t_torch = time_rotating(torch.matmul, sets) if dtype != DTYPES["fp8"] else 0

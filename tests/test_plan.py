@@ -404,6 +404,24 @@ def test_persistent_four_warp_tiles_take_long_k_steps():
     assert sk.schedule == "streamk" and sk.config.block_k * 2 == 128 and sk.config.num_stages == 6
 
 
+def test_one_wave_of_64_by_64_tiles_takes_128_byte_steps():
+    # plan._ONE_WAVE_STEP_BYTES: one persistent 64 x 64 tile a program above M = 64, K up to the measured 2560 and
+    # not a multiple of 256 bytes, on the whole device: 128-byte steps where the skinny and long-step rules would
+    # give 256-byte ones
+    for dtype in (torch.bfloat16, torch.float16):
+        for m, n, k in ((100, 1000, 1000), (881, 224, 2498), (362, 496, 1740), (219, 726, 1000), (415, 76, 770)):
+            plan = make_plan(m, n, k, dtype, H200)
+            assert plan.schedule == "persistent" and plan.num_tiles <= 132, (m, n, k, plan)
+            assert (plan.config.block_m, plan.config.block_n, plan.config.block_k) == (64, 64, 64), (m, n, k, plan)
+    # longer K (the skinny rule's measured 128 x 4096 x 4096), K in whole 256-byte steps, an SM budget, or M <= 64
+    # keep their steps
+    assert make_plan(128, 4096, 4096, torch.bfloat16, H200).config.block_k == 128
+    for m, n, k in ((96, 1024, 1024), (512, 512, 512), (4096, 128, 1024)):
+        assert make_plan(m, n, k, torch.bfloat16, H200).config.block_k == 128, (m, n, k)
+    assert make_plan(219, 726, 1000, torch.bfloat16, H200, num_sms=66).config.block_k == 128
+    assert make_plan(64, 1000, 1000, torch.bfloat16, H200).config.block_k == 128
+
+
 def test_short_k_takes_short_steps_where_they_pad_less():
     # 16-bit tiles of 128-byte K steps take 64-byte ones where those pad K by more than plan._LONG_STEP_PADDING less
     # (K = 72: 96 against 128), and only there.

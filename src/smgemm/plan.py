@@ -160,6 +160,18 @@ _SHORT_STEP_MAX_K = 160
 # persistent 128 x 256 TMA tiles stay faster: 1940 x 3928 x 120 (496 tiles) 13.6 against 17.4, 4096 x 4096 x 96
 # 18.3 against 19.0, 8192 x 8192 x 128 50.1 against 69.8, batched 32 x 2048 x 2048 x 128 94.5 against 157.
 _OVERLAP_MAX_K = 128
+# One wave of persistent 64 x 64 tiles above M = 64 (each program one tile's K loop, on the whole device) takes
+# 128-byte K steps, not the 256-byte ones of the rule above or of the skinny rule: on the H200
+# (benchmarks/sweep_configs.py, bf16, "64x64x64 w4 s4 pers" against the planner's 64 x 64 x 128 in one run)
+# 100 x 1000 x 1000 ran 8.82 -> 8.38 us, 881 x 224 x 2498 19.3 -> 18.1, 362 x 496 x 1740 14.2 -> 12.9,
+# 388 x 137 x 1084 9.60 -> 9.00, 415 x 76 x 770 10.4 -> 9.28, 76 x 191 x 615 10.1 -> 9.24, 370 x 113 x 767
+# 10.1 -> 9.28, 75 x 843 x 375 9.41 -> 8.61, and 512 x 512 x 512 4.10 -> 3.96, 128 x 128 x 128 3.19 -> 2.88 in an
+# earlier run. Only where the 256-byte steps leave a masked last step: with K a multiple of them they ran faster
+# (96 x 1024 x 1024 5.32 against 6.45 us, 512 x 1024 x 1024 6.26 against 7.39, 4096 x 128 x 1024 6.91 against 7.91;
+# 512 x 512 x 512 4.06 either way). Measured up to K = 2498; longer loops keep the longer steps (the skinny rule was
+# measured at 128 x 4096 x 4096, one wave of 64 x 64 tiles).
+_ONE_WAVE_STEP_BYTES = 128
+_ONE_WAVE_MAX_K = 2560
 # Batched products on 128 x 128 Hopper-path tiles take the same 256-byte K steps (3 stages fit): on the H200
 # (benchmarks/sweep_configs.py, batched shapes) 32 x 2048 x 128 x 2048 ran 83.6 -> 80.7 us and 8 x 4096 x 128 x 4096
 # 79.9 -> 76.7 (0.96 -> 0.99x and 0.94 -> 0.98x of torch.bmm), MoE-like 64 x 256 x {1408, 4096} x {4096, 1408} within
@@ -340,8 +352,7 @@ def modelled_time(
         return math.inf
     dp_tiles, programs = split
     per_program = (tiles - dp_tiles) * k_iters / programs  # ceil() of it: the longest range, aligned or not
-    sharers = k_iters / per_program + 1  # programs a split tile spans, on average
-    fixup = rates.sk_fixup_base + sharers * rates.sk_fixup_per_sharer * cfg.block_m * cfg.block_n / (128 * 256)
+    fixup = _sk_fixup(cfg, k_iters, per_program, rates)
     # Split tiles advance through K out of step (unless the grid is aligned to them, `_aligned_programs`), so a
     # panel of A or B shared by several of them is fetched once per tile unless that operand's split region stays
     # in L2 (the split tiles are the last ones, GROUP_M rows deep).
@@ -357,6 +368,15 @@ def modelled_time(
     longest = (dp_tiles // programs * k_iters * _iteration(cfg, elem, budget, budget, rates)
                + math.ceil(per_program) * _iteration(cfg, elem, programs, budget, rates) * drift)
     return max(longest, iters * sm_load, hbm_bytes / rates.hbm_bytes_per_iter) + fixup
+
+
+def _sk_fixup(cfg: TileConfig, k_iters: int, per_program: float, rates: Rates, base: float | None = None) -> float:
+    """A Stream-K plan's fixup, in reference iterations: `base` (`rates.sk_fixup_base` unless given) plus
+    `rates.sk_fixup_per_sharer` (scaled by the partial tile's size) per program sharing a split tile of `k_iters`
+    iterations, each program taking `per_program` of them."""
+    sharers = k_iters / per_program + 1  # programs a split tile spans, on average
+    base = rates.sk_fixup_base if base is None else base
+    return base + sharers * rates.sk_fixup_per_sharer * cfg.block_m * cfg.block_n / (128 * 256)
 
 
 def _cost(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, schedule: str, spec: DeviceSpec,
@@ -455,7 +475,11 @@ def choose_config(
                     (thin and (not dense or schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
             chosen, factor = cfg, 1.0
-            if schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
+            one_wave = math.ceil(m / bm) * math.ceil(n / bn) <= budget >= spec.num_sms  # see _ONE_WAVE_STEP_BYTES
+            if schedule != "streamk" and (bm, bn) == (64, 64) and dense and elem == 2 and not fma and batch == 1 \
+                    and m > _STREAMING_MAX_M and k <= _ONE_WAVE_MAX_K and k * elem % _LONG_STEP_BYTES and one_wave:
+                chosen = dataclasses.replace(cfg, block_k=min(block_k, _ONE_WAVE_STEP_BYTES // elem))
+            elif schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
                     and fit * block_k * elem >= stages * _LONG_STEP_BYTES \
                     and _padded_k(k, _LONG_STEP_BYTES // elem) <= _LONG_STEP_PADDING * _padded_k(k, block_k):
                 chosen = dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem)
@@ -752,15 +776,39 @@ INPLACE_CONFIGS = (
 )
 
 
+# In-place Stream-K plans (`decide`) run at most this many K steps a program: on the H200 (benchmarks/sweep_configs.py,
+# bf16, the planner with and without them in one run) 2-9 steps ran 1.1-1.7x faster than the copy and the GEMM
+# (415 x 76 x 770 10.2 -> 7.31 us, 149 x 79 x 433 10.2 -> 6.14, 96 x 1249 x 486 10.5 -> 7.46, 93 x 341 x 1815
+# 12.7 -> 10.2; 601 x 144 x 518 8.20 -> 8.21, 123 x 89 x 4533 12.0 -> 12.5), 11-13 steps mostly slower (153 x 177 x
+# 2961 11.0 -> 14.0, 90 x 228 x 4455 14.3 -> 16.4, 356 x 98 x 1781 10.6 -> 11.6; 106 x 423 x 1893 14.1 -> 13.1):
+# their element loads take longer than `Rates.unaligned_loads_per_iter` models.
+_INPLACE_SK_MAX_STEPS = 9
+
+
 def inplace_time(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, spec: DeviceSpec,
-                 unaligned: tuple[bool, bool], batch: int = 1) -> float:
-    """Modelled time of a persistent plan with tile `cfg` that reads the `unaligned` operands (A, B) in place: its
-    aligned time, or the time its busiest program takes to load their elements one at a time
-    (`Rates.unaligned_loads_per_iter`), or the launch's floor, whichever is longest."""
-    waves = math.ceil(math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch / budget)
-    loads = (cfg.block_m * unaligned[0] + cfg.block_n * unaligned[1]) * cfg.block_k * math.ceil(k / cfg.block_k)
-    return max(modelled_time(cfg, m, n, k, dtype, budget, "persistent", spec.l2_bytes, 1, spec.rates, batch),
-               waves * loads / spec.rates.unaligned_loads_per_iter, spec.rates.launch_floor)
+                 unaligned: tuple[bool, bool], batch: int = 1, schedule: str = "persistent") -> float:
+    """Modelled time of a plan with tile `cfg` and `schedule` ("persistent" or "streamk") that reads the `unaligned`
+    operands (A, B) in place: its aligned time, or the time its busiest program takes to load their elements one at a
+    time (`Rates.unaligned_loads_per_iter`; with Stream-K, plus the fixup), whichever is longer; inf where Stream-K
+    has nothing to split. The launch's floor (`Rates.launch_floor`) is the caller's to apply."""
+    rates = spec.rates
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch
+    k_iters = math.ceil(k / cfg.block_k)
+    per_step = (cfg.block_m * unaligned[0] + cfg.block_n * unaligned[1]) * cfg.block_k
+    if schedule == "streamk":
+        split = streamk_split(tiles, k_iters, budget, 1, rates)
+        if split is None:
+            return math.inf
+        dp_tiles, programs = split
+        per_program = (tiles - dp_tiles) * k_iters / programs
+        steps = dp_tiles // programs * k_iters + math.ceil(per_program)
+        if steps > _INPLACE_SK_MAX_STEPS:
+            return math.inf
+        loads = steps * per_step / rates.unaligned_loads_per_iter + _sk_fixup(cfg, k_iters, per_program, rates,
+                                                                               rates.inplace_sk_fixup_base)
+    else:
+        loads = math.ceil(tiles / budget) * k_iters * per_step / rates.unaligned_loads_per_iter
+    return max(modelled_time(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes, 1, rates, batch), loads)
 
 
 def copy_time(plan: Plan, dtype: torch.dtype, spec: DeviceSpec, elements: int) -> float:
@@ -985,14 +1033,19 @@ def decide(
         if stage is None:
             stage = stage_pays(plan, m, n, k, dtype, spec, sum(slow))
         return staged if stage else plan
-    # Otherwise reading in place takes the fastest of the 32-deep tiles (`INPLACE_CONFIGS`)
+    # Otherwise reading in place takes the fastest of the 32-deep tiles (`INPLACE_CONFIGS`), persistent or, for a
+    # single product on the whole device, Stream-K (`_INPLACE_STREAMK`)
     unaligned = (slow[0] > 0, slow[1] > 0)
     budget = plan.sm_budget
-    inplace = min(INPLACE_CONFIGS, key=lambda c: inplace_time(c, m, n, k, dtype, budget, spec, unaligned, batch))
+    schedules = ("persistent", "streamk") if schedule == "auto" and batch == 1 and whole_device(num_sms, spec) \
+        else ("persistent",)
+    inplace, inplace_schedule, time = min(
+        ((cfg, s, inplace_time(cfg, m, n, k, dtype, budget, spec, unaligned, batch, s))
+         for s in schedules for cfg in INPLACE_CONFIGS), key=lambda c: c[2])
     if stage is None:
         staged_time = copy_time(plan, dtype, spec, sum(slow)) + max(spec.rates.launch_floor, gemm_time)
-        stage = staged_time < inplace_time(inplace, m, n, k, dtype, budget, spec, unaligned, batch)
+        stage = staged_time < max(spec.rates.launch_floor, time)
     if stage:
         return staged
-    return make_plan(m, n, k, dtype, spec, schedule="persistent" if schedule == "auto" else schedule,
+    return make_plan(m, n, k, dtype, spec, schedule=inplace_schedule if schedule == "auto" else schedule,
                      num_sms=num_sms, tf32=tf32, config=inplace, batch=batch)
