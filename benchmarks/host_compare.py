@@ -22,10 +22,12 @@ def main():
     b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.nn.Parameter(torch.randn(64, 64, device="cuda", dtype=torch.bfloat16))
     bias = torch.randn(64, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
     mx = smgemm.quantize_mxfp4(torch.randn(64, 64, device="cuda"))
     calls = {"smgemm.matmul": lambda: smgemm.matmul(a, b), "torch.matmul": lambda: torch.matmul(a, b),
              "smgemm.linear bias": lambda: smgemm.linear(a, w, bias),
              "F.linear bias": lambda: torch.nn.functional.linear(a, w, bias),
+             "smgemm.addmm": lambda: smgemm.addmm(c, a, b), "torch.addmm": lambda: torch.addmm(c, a, b),
              "smgemm.linear mxfp4": lambda: smgemm.linear(a, mx)}
     times = {k: [] for k in calls}
     for _ in range(5):

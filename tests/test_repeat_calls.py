@@ -134,8 +134,9 @@ def test_operations_repeat_through_the_remembered_call(checks, device):
 
 def test_a_repeat_launch_passes_what_the_full_launch_passes(monkeypatch, device):
     """`_launch.Repeat` (the launch of a remembered call on a GPU) gives the launcher the arguments `launch` gives it:
-    the tensors' addresses in `tensor_args`' order, the ints, the epoch, alpha and beta, the meta-parameters; a
-    Stream-K workspace of its own; nothing when the current device is another."""
+    the tensors' addresses in `tensor_args`' order, the ints, the epoch (a Stream-K launch's own; without Stream-K,
+    which never reads it, any int64), alpha and beta, the meta-parameters; a Stream-K workspace of its own; nothing
+    when the current device is another."""
     import smgemm._launch as L
     from smgemm.mxfp4 import quantize_mxfp4
 
@@ -171,8 +172,11 @@ def test_a_repeat_launch_passes_what_the_full_launch_passes(monkeypatch, device)
         expected = (*L.addresses(tensors), *ints, 7, floats, *meta.values())
         assert stream == 1000 and len(args) == len(expected)
         workspace = 8  # tensor_args' position of the Stream-K workspace: an allocation of each launch
-        assert args[:workspace] + args[workspace + 1:] == expected[:workspace] + expected[workspace + 1:]
+        at = len(tensors) + len(ints)  # the epoch's
+        assert args[:workspace] + args[workspace + 1:at] + args[at + 1:] == \
+            expected[:workspace] + expected[workspace + 1:at] + expected[at + 1:]
         assert (args[workspace] is None) == (tensors[workspace] is None) == (plan.sk_tiles == 0)
+        assert args[at] == 7 if plan.sk_tiles else 2**62 <= args[at] < 2**63
         current["device"] = 1
         assert not repeat(a_, b_, out, c_, sa_, sb_, floats) and len(seen) == 1
         current["device"] = 0
@@ -180,13 +184,15 @@ def test_a_repeat_launch_passes_what_the_full_launch_passes(monkeypatch, device)
 
 
 def test_linear_repeats_without_the_weight_view(checks, device):
-    """linear keys a repeat on the weight as its transposed view would be keyed (`_transposed_signature`), for any
+    """linear keys a repeat on the weight as its transposed view would be keyed (`_dense_signature`'s `b_t`), for any
     weight layout; N-D x repeats too; errors stay the full path's, before and after a call is remembered."""
     buf = randn((80, 72), torch.float16, device)
     weights = [randn((48, 64), torch.float16, device), buf.t()[:48, :64], buf[8:56, 8:72],
                torch.nn.Parameter(randn((48, 64), torch.float16, device))]
+    x = randn((24, 64), torch.float16, device)
     for w in weights:
-        assert G._transposed_signature(w) == G._tensor_signature(w.t())
+        assert G._dense_signature("gemm", x, w, None, 1.0, None, "auto", None, b_t=True) == G._signature(
+            "gemm", x, w.t(), None, 1.0, None, None, None, "auto", None, None)
     with torch.no_grad():
         for w in weights:
             for shape in ((24, 64), (3, 8, 64)):
@@ -197,8 +203,7 @@ def test_linear_repeats_without_the_weight_view(checks, device):
                     assert_gemm_close(y.reshape(-1, 48), x.reshape(-1, 64), w.t())
     # one full call a weight layout (the Parameter's view is a plain Tensor like the first weight's); [3, 8, 64] x
     # folds to [24, 64], the 2-D call's key
-    assert len(checks) == len({G._tensor_signature(w.t()) for w in weights}) == 3
-    x = randn((24, 64), torch.float16, device)
+    assert len(checks) == len({G._tensor_signature(w.t())[1:] for w in weights}) == 3
     for _ in range(2):
         with pytest.raises(ValueError, match="num_sms"):
             smgemm.linear(x, weights[0], num_sms=0)

@@ -131,6 +131,7 @@ def _finish(key: tuple | None, plan: Plan, ops: Operands, ints: tuple, meta: dic
 # output are remembered (an `out` given by the caller needs its overlap checks on every call). Bounded.
 _SEEN_CALLS: dict[tuple, tuple] = {}
 _SEEN_CALLS_MAX = 4096
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # dense operands whose views are plain tensors
 
 
 def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple | None:
@@ -143,23 +144,31 @@ def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple | None:
     return type(t), t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0
 
 
-def _transposed_signature(w: torch.Tensor) -> tuple:
-    """`_tensor_signature(w.t())` of a 2-D tensor, without making the view (linear's weight: `repeat_linear`)."""
-    if w.is_neg():
-        raise TypeError("a negative view")
-    (n, k), (s0, s1) = w.shape, w.stride()
-    kind = torch.Tensor if type(w) is torch.nn.Parameter else type(w)  # a Parameter's view is a plain Tensor
-    return kind, w.device, w.dtype, (k, n), (s1, s0), w.data_ptr() % 16 == 0
+def _dense_signature(entry, a, b, c, beta, out_dtype, schedule, num_sms, b_t: bool = False) -> tuple | None:
+    """`_signature` of a call of plain tensors a and b (`_PLAIN`) without scales or a config: one flat tuple, built
+    and hashed on every eager call."""
+    if a.is_neg() or b.is_neg():  # resolved (copied) on every call: never a repeat call
+        return None
+    if b_t:
+        (n, k), (s0, s1) = b.shape, b.stride()
+        b_shape, b_stride = (k, n), (s1, s0)
+    else:
+        b_shape, b_stride = b.shape, b.stride()
+    dtype = a.dtype
+    return (entry, a.device, dtype, a.shape, a.stride(), b.device, b.dtype, b_shape, b_stride,
+            (a.data_ptr() % 16 == 0) + 2 * (b.data_ptr() % 16 == 0),
+            None if c is None else (_tensor_signature(c), beta != 0), out_dtype, schedule, type(num_sms), num_sms,
+            dtype == torch.float32 and tf32_enabled(), tuning_version(), _OVERRIDES.version)
 
 
-def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config,
-               b_t: bool = False) -> tuple | None:
+def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config) -> tuple | None:
     """The key of a call of `entry` ("gemm", "gemm_mxfp4") in _SEEN_CALLS, or None when an argument is not
-    what a key can describe (`b_t`: the call's B is `b.t()`). Absent tensors cost no call: this runs on every eager
-    call."""
+    what a key can describe. Absent tensors cost no call: this runs on every eager call."""
     try:
+        if scale_a is None and scale_b is None and config is None and type(a) in _PLAIN and type(b) in _PLAIN:
+            return _dense_signature(entry, a, b, c, beta, out_dtype, schedule, num_sms)
         return (
-            entry, _tensor_signature(a), _transposed_signature(b) if b_t else _tensor_signature(b),
+            entry, _tensor_signature(a), _tensor_signature(b),
             None if c is None else (_tensor_signature(c), beta != 0),
             None if scale_a is None else _tensor_signature(scale_a),
             None if scale_b is None else _tensor_signature(scale_b), out_dtype, schedule, type(num_sms), num_sms,
@@ -195,10 +204,16 @@ def repeat_call(entry, a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedu
     return _repeat_call(key, a, b, c, scale_a, scale_b, alpha, beta)
 
 
-def repeat_linear(x, weight, bias, out_dtype, schedule, num_sms) -> torch.Tensor | None:
-    """`repeat_call` of linear's product, x [M, K] @ weight.t() + bias, keyed and launched without making the view."""
-    key = _signature("gemm", x, weight, bias, 1.0, out_dtype, None, None, schedule, num_sms, None, b_t=True)
-    return _repeat_call(key, x, weight, bias, None, None, 1.0, 1.0, b_t=True)
+def repeat_dense(a, b, c, alpha, beta, out_dtype, schedule, num_sms, b_t: bool = False) -> torch.Tensor | None:
+    """`repeat_call` of a dense product of plain tensors (`_PLAIN`; `c` a plain tensor or None, no scales), in one
+    step: the eager path of matmul, mm, addmm and linear (`b_t`: the call's B is `b.t()`). None for any other call."""
+    if alpha == 0 or type(a) not in _PLAIN or type(b) not in _PLAIN:
+        return None
+    try:
+        key = _dense_signature("gemm", a, b, c, beta, out_dtype, schedule, num_sms, b_t)
+    except (AttributeError, TypeError, RuntimeError):  # a `c` that is not a tensor, unhashable knobs
+        return None
+    return _repeat_call(key, a, b, c, None, None, alpha, beta, b_t)
 
 
 def _seen(entry, a, b, c, alpha, beta, allocates, out_dtype, scale_a, scale_b, schedule, num_sms, config):

@@ -21,7 +21,7 @@ import torch
 
 from . import _library
 from ._checks import check_batched_dims, check_bmm, check_call, check_gemm, check_knobs, check_mxfp4
-from ._gemm import gemm, gemm_mxfp4, repeat_call, repeat_linear
+from ._gemm import gemm, gemm_mxfp4, repeat_call, repeat_dense
 from ._library import AUTOGRAD, KERNEL, OP, route
 from .mxfp4 import MXFP4Tensor
 
@@ -90,7 +90,7 @@ def _tracked(*tensors) -> bool:
 
 def _via_dispatcher(*tensors) -> bool:
     """Whether a call must not go straight to the kernel (`_library.route`): for out= (which autograd cannot record
-    and only the custom op traces) and linear's repeat-call entry."""
+    and only the custom op traces)."""
     return route(*tensors) != KERNEL
 
 
@@ -133,8 +133,8 @@ def _run(
     torch.compile)."""
     check_call(schedule, num_sms, alpha, beta, out_dtype)
     schedule, num_sms = _resolve(schedule, num_sms)
-    a, b, c = _autocast(a, b, c)
     if out is not None:
+        a, b, c = _autocast(a, b, c)
         if _tracked(a, b, c, scale_a, scale_b, out):
             raise RuntimeError("smgemm: functions with out= do not support automatic differentiation, but an "
                                "argument requires grad; call without out= (or under torch.no_grad())")
@@ -145,13 +145,18 @@ def _run(
         return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, scale_a=scale_a,
                     scale_b=scale_b, schedule=schedule, num_sms=num_sms)
     where = route(a, b, c, scale_a, scale_b)
+    if where == OP or torch._C._is_any_autocast_enabled():  # (OP: traced too; otherwise eager, not compiling)
+        a, b, c = _autocast(a, b, c)  # casts keep what `route` looked at
     if where == OP:
         check_gemm(a, b, c, beta, None, out_dtype, scale_a, scale_b)  # as the eager path does, before the op
         return _library.call_gemm(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule, num_sms)
     if where == AUTOGRAD:
         return _library.autograd_gemm(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule,
                                       num_sms)
-    y = repeat_call("gemm", a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
+    if scale_a is None and scale_b is None:
+        y = repeat_dense(a, b, c, alpha, beta, out_dtype, schedule, num_sms)
+    else:
+        y = repeat_call("gemm", a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
     return y if y is not None else gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, scale_a=scale_a,
                                         scale_b=scale_b, schedule=schedule, num_sms=num_sms)
 
@@ -384,9 +389,7 @@ def _repeat_linear(x, weight, bias, out_dtype, schedule, num_sms) -> torch.Tenso
     dims = x.dim()
     if dims < 2 or weight.dim() != 2 or (bias is not None and bias.dim() != 1):
         return None
-    # A call autograd records is never a repeat: `_tracked` first, so that such a call (every training step's)
-    # queries `route` once, in `_run`.
-    if _tracked(x, weight, bias) or _via_dispatcher(x, weight, bias) or torch._C._is_any_autocast_enabled():
+    if route(x, weight, bias) != KERNEL or torch._C._is_any_autocast_enabled():  # autograd, a mode, compile, ...
         return None
     try:
         check_call(schedule, num_sms, 1.0, 1.0, out_dtype)
@@ -394,9 +397,10 @@ def _repeat_linear(x, weight, bias, out_dtype, schedule, num_sms) -> torch.Tenso
         return None
     schedule, num_sms = _resolve(schedule, num_sms)
     if dims == 2:
-        return repeat_linear(x, weight, bias, out_dtype, schedule, num_sms)
+        return repeat_dense(x, weight, bias, 1.0, 1.0, out_dtype, schedule, num_sms, b_t=True)
     lead = x.shape[:-1]
-    y = repeat_linear(x.reshape(math.prod(lead), x.shape[-1]), weight, bias, out_dtype, schedule, num_sms)
+    y = repeat_dense(x.reshape(math.prod(lead), x.shape[-1]), weight, bias, 1.0, 1.0, out_dtype, schedule, num_sms,
+                     b_t=True)
     return None if y is None else y.reshape(*lead, weight.shape[0])
 
 
