@@ -24,11 +24,22 @@ def main():
     bias = torch.randn(64, device="cuda", dtype=torch.bfloat16)
     c = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
     mx = smgemm.quantize_mxfp4(torch.randn(64, 64, device="cuda"))
+    q = smgemm.nn.MXFP4Linear.from_linear(torch.nn.Linear(64, 64, device="cuda", dtype=torch.bfloat16))
+
+    def no_grad(f):  # the Parameters require grad: inference calls run under no_grad (or inference_mode)
+        def call():
+            with torch.no_grad():
+                return f()
+        return call
+
     calls = {"smgemm.matmul": lambda: smgemm.matmul(a, b), "torch.matmul": lambda: torch.matmul(a, b),
              "smgemm.linear bias": lambda: smgemm.linear(a, w, bias),
              "F.linear bias": lambda: torch.nn.functional.linear(a, w, bias),
              "smgemm.addmm": lambda: smgemm.addmm(c, a, b), "torch.addmm": lambda: torch.addmm(c, a, b),
-             "smgemm.linear mxfp4": lambda: smgemm.linear(a, mx)}
+             "smgemm.linear mxfp4": lambda: smgemm.linear(a, mx),
+             "no_grad smgemm.linear bias": no_grad(lambda: smgemm.linear(a, w, bias)),
+             "no_grad F.linear bias": no_grad(lambda: torch.nn.functional.linear(a, w, bias)),
+             "no_grad MXFP4Linear": no_grad(lambda: q(a))}
     times = {k: [] for k in calls}
     for _ in range(5):
         for k, f in calls.items():

@@ -359,6 +359,24 @@ def test_errors(device):
 # ---------------------------------------------------------------- modules, autograd, compile
 
 
+def test_mxfp4_linear_makes_its_weight_once(device):
+    """MXFP4Linear.weight is one MXFP4Tensor of the buffers, made again only when a buffer is replaced: a checkpoint
+    loads into the same buffers, and the next forward reads the loaded bytes."""
+    layer = smgemm.nn.MXFP4Linear.from_linear(torch.nn.Linear(128, 16, device=device, dtype=torch.bfloat16))
+    fresh = smgemm.nn.MXFP4Linear.empty(128, 16, device=device)
+    w = fresh.weight
+    assert fresh.weight is w and w.data is fresh.weight_data and w.layout == fresh.layout
+    x = randn((4, 128), torch.bfloat16, device)
+    with torch.no_grad():
+        zeros = fresh(x)
+        fresh.load_state_dict(layer.state_dict())
+        assert fresh.weight is w
+        assert torch.equal(fresh(x), layer(x)) and not torch.equal(fresh(x), zeros)
+        fresh.weight_data = fresh.weight_data.clone()  # a replaced buffer
+        assert fresh.weight is not w and fresh.weight.data is fresh.weight_data
+        assert torch.equal(fresh(x), layer(x))
+
+
 @pytest.mark.parametrize("k,layout", [(64, "ocp"), (128, "hopper"), (256, "kwords")])
 def test_mxfp4_linear_module_and_activation_gradient(k, layout, device):
     """Through the custom op (the input requires grad): forward and the activation gradient, which dequantizes the

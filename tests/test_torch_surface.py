@@ -149,7 +149,8 @@ def test_eager_autograd_skips_the_dispatcher_with_the_ops_gradients(device):
     assert type(smgemm.bmm(a3, randn((2, 40, 8), torch.float16, device)).grad_fn).__name__ == "EagerBackward"
     w4 = smgemm.quantize_mxfp4(torch.randn(16, 64)).to(device)
     x4 = randn((8, 64), torch.bfloat16, device).requires_grad_()
-    y4 = smgemm.linear(x4, w4).grad_fn  # a view of the product's output ([..., N])
+    assert type(smgemm.linear(x4, w4).grad_fn).__name__ == "EagerBackward"  # 2-D x: the product's own output
+    y4 = smgemm.linear(x4.reshape(2, 4, 64), w4).grad_fn  # a view of the product's output ([..., N])
     assert type(y4.next_functions[0][0]).__name__ == "EagerBackward"
     bad = randn((41, 8), torch.float16, device)
     with pytest.raises(ValueError) as with_grad:

@@ -161,12 +161,28 @@ def _dense_signature(entry, a, b, c, beta, out_dtype, schedule, num_sms, b_t: bo
             dtype == torch.float32 and tf32_enabled(), tuning_version(), _OVERRIDES.version)
 
 
+def _mx_weight_signature(entry, a, w, c, beta, out_dtype, schedule, num_sms) -> tuple | None:
+    """`_signature` of a call of a plain tensor `a` and an MXFP4 weight `w` without scales or a config (an MXFP4Linear's
+    forward): one flat tuple."""
+    data, scales = w.data, w.scales
+    if a.is_neg() or data.is_neg() or scales.is_neg():  # resolved (copied) on every call: never a repeat call
+        return None
+    return (entry, a.device, a.dtype, a.shape, a.stride(), w.layout, data.device, data.dtype, data.shape,
+            data.stride(), scales.device, scales.dtype, scales.shape, scales.stride(),
+            (a.data_ptr() % 16 == 0) + 2 * (data.data_ptr() % 16 == 0) + 4 * (scales.data_ptr() % 16 == 0),
+            None if c is None else (_tensor_signature(c), beta != 0), out_dtype, schedule, type(num_sms), num_sms,
+            tuning_version(), _OVERRIDES.version)
+
+
 def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_sms, config) -> tuple | None:
     """The key of a call of `entry` ("gemm", "gemm_mxfp4") in _SEEN_CALLS, or None when an argument is not
     what a key can describe. Absent tensors cost no call: this runs on every eager call."""
     try:
-        if scale_a is None and scale_b is None and config is None and type(a) in _PLAIN and type(b) in _PLAIN:
-            return _dense_signature(entry, a, b, c, beta, out_dtype, schedule, num_sms)
+        if scale_a is None and scale_b is None and config is None and type(a) in _PLAIN:
+            if type(b) in _PLAIN:
+                return _dense_signature(entry, a, b, c, beta, out_dtype, schedule, num_sms)
+            if type(b) is MXFP4Tensor:
+                return _mx_weight_signature(entry, a, b, c, beta, out_dtype, schedule, num_sms)
         return (
             entry, _tensor_signature(a), _tensor_signature(b),
             None if c is None else (_tensor_signature(c), beta != 0),

@@ -117,7 +117,16 @@ class MXFP4Linear(torch.nn.Module):
 
     @property
     def weight(self) -> MXFP4Tensor:
-        return MXFP4Tensor(self.weight_data, self.weight_scales, self.layout)
+        """The buffers as one MXFP4Tensor: made once, and again when a buffer or the layout was replaced (`.to()`,
+        `.cuda()`, assignment; a load copies into the same buffers), not on every forward (its checks cost host
+        time). Traced calls make it afresh (nothing is stored while torch.compile traces)."""
+        data, scales = self.weight_data, self.weight_scales
+        if torch.compiler.is_compiling():
+            return MXFP4Tensor(data, scales, self.layout)
+        w = self.__dict__.get("_weight")
+        if w is None or w.data is not data or w.scales is not scales or w.layout != self.layout:
+            w = self.__dict__["_weight"] = MXFP4Tensor(data, scales, self.layout)
+        return w
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, num_sms=self.num_sms, schedule=self.schedule)

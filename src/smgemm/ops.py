@@ -172,12 +172,14 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
                          x.scales.reshape(math.prod(lead), x.scales.shape[-1]), x.layout)
     elif isinstance(x, torch.Tensor) and x.dim() >= 1:
         lead = x.shape[:-1]
-        x2 = x.reshape(math.prod(lead), x.shape[-1])
+        x2 = x if x.dim() == 2 else x.reshape(math.prod(lead), x.shape[-1])  # (a view costs host time)
     else:
         raise ValueError("x must be a tensor of shape [..., K] (or an MXFP4Tensor)")
-    bias = _bias_2d(bias, lead, w.shape[0])
-    x2, bias = _autocast(x2, bias)
+    n = w.data.shape[0]
+    bias = _bias_2d(bias, lead, n)
     where = route(x2, bias)
+    if where == OP or torch._C._is_any_autocast_enabled():  # (OP: traced too; otherwise eager, not compiling)
+        x2, bias = _autocast(x2, bias)  # casts keep what `route` looked at
     if where != KERNEL:
         a, a_scales = (x2.data, x2.scales) if isinstance(x2, MXFP4Tensor) else (x2, None)
         args = (a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms,
@@ -191,7 +193,7 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
         y = repeat_call("gemm_mxfp4", x2, w, bias, 1.0, 1.0, out_dtype, None, None, schedule, num_sms)
         if y is None:
             y = gemm_mxfp4(x2, w, c=bias, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
-    return y.reshape(*lead, w.shape[0])
+    return y if len(lead) == 1 else y.reshape(*lead, n)
 
 
 def _bias_2d(bias: torch.Tensor | None, lead: torch.Size, n: int) -> torch.Tensor | None:
