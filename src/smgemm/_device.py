@@ -71,10 +71,10 @@ class Rates:
     # of bf16 an SM, the lower end on long-K problems of few tiles). benchmarks/sweep_unaligned.py --inplace.
     unaligned_loads_per_iter: float = 4.7e3
     # Such 32-deep tiles may also split K over the whole device (Stream-K), where a few small problems spread their
-    # element loads over more SMs. Their fixup's fixed part, fitted to six problems of 6-85 split iterations
-    # (benchmarks/sweep_configs.py "32x64x32 w4 s2 sk nostage"): 415 x 76 x 770 ran 7.28 us (modelled 7.25),
-    # 370 x 113 x 767 7.15 (7.25), 149 x 79 x 433 5.93 (6.25), 75 x 843 x 375 6.49 (6.05), 76 x 191 x 615 6.59
-    # (7.15), 72 x 90 x 2718 12.2 (12.15). `sk_fixup_base` is 1 higher: see there.
+    # element loads over more SMs. Their fixup's fixed part, fitted to six problems whose tiles run 12-85 K steps
+    # (benchmarks/sweep_configs.py "32x64x32 w4 s2 sk nostage"): 415 x 76 x 770 ran 7.28 us (modelled 7.24),
+    # 370 x 113 x 767 7.15 (7.24), 149 x 79 x 433 5.93 (6.21), 75 x 843 x 375 6.49 (6.05), 76 x 191 x 615 6.59
+    # (7.17), 72 x 90 x 2718 12.2 (12.15). `sk_fixup_base` is 1 higher: see there.
     inplace_sk_fixup_base: float = 3.0
     # The shortest a GEMM launch runs, however little work it has (3.6-6 us measured for GEMMs modelled at 1-3
     # iterations): what a staged plan adds to its copy at the least.

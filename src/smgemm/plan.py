@@ -1034,7 +1034,7 @@ def decide(
             stage = stage_pays(plan, m, n, k, dtype, spec, sum(slow))
         return staged if stage else plan
     # Otherwise reading in place takes the fastest of the 32-deep tiles (`INPLACE_CONFIGS`), persistent or, for a
-    # single product on the whole device, Stream-K (`_INPLACE_STREAMK`)
+    # single product on the whole device, Stream-K (`_INPLACE_SK_MAX_STEPS`, `Rates.inplace_sk_fixup_base`)
     unaligned = (slow[0] > 0, slow[1] > 0)
     budget = plan.sm_budget
     schedules = ("persistent", "streamk") if schedule == "auto" and batch == 1 and whole_device(num_sms, spec) \
