@@ -90,7 +90,7 @@ def _tracked(*tensors) -> bool:
 
 def _via_dispatcher(*tensors) -> bool:
     """Whether a call must not go straight to the kernel (`_library.route`): for out= (which autograd cannot record
-    and only the custom op traces)."""
+    and only the custom op traces) and linear's repeat-call entry."""
     return route(*tensors) != KERNEL
 
 
@@ -391,7 +391,9 @@ def _repeat_linear(x, weight, bias, out_dtype, schedule, num_sms) -> torch.Tenso
     dims = x.dim()
     if dims < 2 or weight.dim() != 2 or (bias is not None and bias.dim() != 1):
         return None
-    if route(x, weight, bias) != KERNEL or torch._C._is_any_autocast_enabled():  # autograd, a mode, compile, ...
+    # A call autograd records is never a repeat: `_tracked` first, so that such a call (every training step's)
+    # queries `route` once, in `_run`.
+    if _tracked(x, weight, bias) or _via_dispatcher(x, weight, bias) or torch._C._is_any_autocast_enabled():
         return None
     try:
         check_call(schedule, num_sms, 1.0, 1.0, out_dtype)
