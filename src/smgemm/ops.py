@@ -97,12 +97,15 @@ def _via_dispatcher(*tensors) -> bool:
 _AUTOCAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _autocast(*tensors):
+def _autocast(*tensors, where: int | None = None):
     """`tensors` as torch.autocast casts the inputs of matmul / addmm / linear (its lower-precision ops): floating
     tensors to the autocast dtype of the first tensor's device type while autocast is on for it; others (MXFP4, None,
     bad arguments the checks will name) as they are, and all of them when the first tensor is fp8 (an fp8 product
-    keeps its own rule). One C query when autocast is off (Dynamo cannot trace it; it sees autocast itself)."""
-    if not torch.compiler.is_compiling() and not torch._C._is_any_autocast_enabled():
+    keeps its own rule). One C query when autocast is off (Dynamo cannot trace it; it sees autocast itself). `where`:
+    the call's `route`, when the caller has it (any route but OP is an eager call, not traced by Dynamo); casts keep
+    what it looked at."""
+    traced = torch.compiler.is_compiling() if where is None else where == OP
+    if not traced and not torch._C._is_any_autocast_enabled():
         return tensors
     first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
     if first is None or first.dtype == torch.float8_e4m3fn:
@@ -145,8 +148,7 @@ def _run(
         return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, scale_a=scale_a,
                     scale_b=scale_b, schedule=schedule, num_sms=num_sms)
     where = route(a, b, c, scale_a, scale_b)
-    if where == OP or torch._C._is_any_autocast_enabled():  # (OP: traced too; otherwise eager, not compiling)
-        a, b, c = _autocast(a, b, c)  # casts keep what `route` looked at
+    a, b, c = _autocast(a, b, c, where=where)
     if where == OP:
         check_gemm(a, b, c, beta, None, out_dtype, scale_a, scale_b)  # as the eager path does, before the op
         return _library.call_gemm(a, b, c, float(alpha), float(beta), out_dtype, scale_a, scale_b, schedule, num_sms)
@@ -178,8 +180,7 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
     n = w.data.shape[0]
     bias = _bias_2d(bias, lead, n)
     where = route(x2, bias)
-    if where == OP or torch._C._is_any_autocast_enabled():  # (OP: traced too; otherwise eager, not compiling)
-        x2, bias = _autocast(x2, bias)  # casts keep what `route` looked at
+    x2, bias = _autocast(x2, bias, where=where)
     if where != KERNEL:
         a, a_scales = (x2.data, x2.scales) if isinstance(x2, MXFP4Tensor) else (x2, None)
         args = (a, a_scales, w.data, w.scales, bias, 1.0, 1.0, out_dtype, schedule, num_sms,
