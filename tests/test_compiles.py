@@ -40,9 +40,10 @@ VARIANTS = [
     ((128, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, streamk=True)),
     ((128, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", tma=True, flatten=True, tma_store=True)),
     ((256, 128, 128), 8, 3, dict(b_mx=True, mx_layout="hopper", mx_swap=True, mx_prefetch=True)),
-    # "kwords" MXFP4 weights: the 8-row tiles read the activations in K order; the others put them in the wgmma's
-    # fragment order
+    # "kwords" MXFP4 weights: the 8-row swapped and 16-row unswapped tiles read the activations in K order; the others
+    # put them in the wgmma's fragment order
     ((8, 64, 256), 4, 4, dict(b_mx=True, mx_swap=True, mx_layout="kwords", streamk=True)),
+    ((16, 64, 512), 4, 3, dict(b_mx=True, mx_layout="kwords", k_tail=True)),
     ((16, 64, 512), 4, 3, dict(b_mx=True, mx_swap=True, mx_layout="kwords")),
     ((64, 64, 256), 4, 3, dict(b_mx=True, mx_layout="kwords", mx_swap=True, streamk=True)),
     ((256, 128, 128), 8, 3, dict(b_mx=True, mx_layout="kwords", mx_swap=True, mx_prefetch=True)),

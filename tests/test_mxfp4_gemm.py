@@ -127,6 +127,28 @@ def test_word_layout_tiles_of_the_largest_weights(config, layout, device):
         assert_gemm_close(out, x, w.dequantize(torch.float32).t(), beta=1.0, c=bias)
 
 
+@pytest.mark.parametrize("block_k", [256, 512])
+@pytest.mark.parametrize("schedule,num_sms", [("data_parallel", None), ("streamk", 3)])
+def test_kwords_unswapped_sixteen_row_tiles(block_k, schedule, num_sms, device):
+    """The 16-row unswapped tile the planner gives a "kwords" weight at 8 < M <= 16 (mma.sync, the words in K order as
+    the right operand's fragments, bf16 activations as loaded), forced: M below and at the tile, N past it, K with a
+    partial step, a bias; fp16 and MXFP4 activations through the same tile (expanded, in the fragments' order)."""
+    n, k = 200, 640
+    w = _weight(n, k, device).to_layout("kwords")
+    bias = randn((n,), torch.bfloat16, device)
+    config = TileConfig(16, 64, block_k, num_warps=4, num_stages=3)
+    for m in (1, 9, 16):
+        x = randn((m, k), torch.bfloat16, device)
+        out = gemm_mxfp4(x, w, c=bias, config=config, schedule=schedule, num_sms=num_sms)
+        assert_gemm_close(out, x, w.dequantize(torch.float32).t(), beta=1.0, c=bias)
+    x = randn((16, k), torch.float16, device)
+    assert_gemm_close(gemm_mxfp4(x, w, config=config, schedule=schedule, num_sms=num_sms), x,
+                      w.dequantize(torch.float32).t())
+    xq = quantize_mxfp4(randn((16, k), torch.float32, device))
+    assert_gemm_close(gemm_mxfp4(xq, w, config=config, schedule=schedule, num_sms=num_sms),
+                      xq.dequantize(torch.float32), w.dequantize(torch.float32).t())
+
+
 def test_eight_row_tiles_forced_on_every_activation_kind(device):
     """The 8-row swapped tile (the planner's for bf16 decode of a "hopper" or "kwords" weight) forced on fp16 and MXFP4
     activations and on an "ocp" weight, which it reads without the word order: every schedule, a K tail, N past the

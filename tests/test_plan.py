@@ -1,6 +1,7 @@
 """The planner is plain Python: tested here with made-up devices, no GPU and no kernel."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -357,16 +358,45 @@ def test_hopper_decode_with_bf16_activations_runs_eight_row_tiles():
     assert TileConfig(8, 64, 256, mx_swap=True).block_m == 8
 
 
+def _kwords_rows(m, n, dtype, a_mx, schedule, num_sms) -> bool:
+    """Where the planner gives a "kwords" weight its own unswapped 16-row tiles (plan._MX_KWORDS_ROWS_FILL)."""
+    return 8 < m <= 16 and dtype == torch.bfloat16 and not a_mx and schedule == "auto" and num_sms is None and \
+        math.ceil(n / 64) >= 0.7 * H200.num_sms
+
+
 def test_kwords_weights_plan_as_hopper_ones():
-    """A "kwords" weight is read in the same words as a "hopper" one: every rule gives it the same plan."""
+    """A "kwords" weight is read in the same words as a "hopper" one: every rule but the unswapped 16-row tiles at
+    8 < M <= 16 gives it the same plan."""
     for m in (1, 8, 9, 16, 32, 64, 100, 128, 300, 4096):
         for n, k in ((14336, 4096), (4096, 14336), (128256, 4096), (28672, 8192), (1024, 128)):
             for schedule, num_sms in (("auto", None), ("auto", 66), ("streamk", None), ("data_parallel", None)):
                 for dtype, a_mx in ((torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)):
                     args = (m, n, k, dtype, H200)
                     kw = dict(schedule=schedule, num_sms=num_sms, a_mx=a_mx)
-                    assert make_mx_plan(*args, layout="kwords", **kw) == make_mx_plan(*args, layout="hopper", **kw)
+                    kwords, hopper = make_mx_plan(*args, layout="kwords", **kw), make_mx_plan(*args, layout="hopper",
+                                                                                                **kw)
+                    if _kwords_rows(m, n, dtype, a_mx, schedule, num_sms):
+                        assert kwords != hopper
+                    else:
+                        assert kwords == hopper
             assert mx_config(m, n, k, "kwords") == mx_config(m, n, k, "hopper")
+
+
+def test_kwords_weight_at_m_9_to_16_runs_unswapped_16_row_tiles():
+    """8 < M <= 16 with a "kwords" weight and bf16 activations on the whole device, with 64-row tiles for >= 70% of
+    the SMs: 16 x 64 x 512 tiles unswapped (mma.sync, activations as loaded), one program per tile; fewer tiles, a
+    budget, fp16 or MXFP4 activations, or M <= 8 / M > 16 keep the other rules."""
+    for m in (9, 12, 16):
+        for n, k in ((14336, 4096), (6144, 4096), (128256, 4096), (28672, 8192)):
+            plan = make_mx_plan(m, n, k, torch.bfloat16, H200, layout="kwords")
+            assert plan.schedule == "data_parallel" and plan.num_programs == math.ceil(n / 64)
+            assert plan.config == TileConfig(16, 64, 512, num_warps=4, num_stages=3)
+        assert make_mx_plan(m, 4096, 4096, torch.bfloat16, H200, layout="kwords").config.mx_swap  # 64 tiles
+        for kw in (dict(num_sms=66), dict(a_mx=True), dict(schedule="streamk")):
+            assert make_mx_plan(m, 14336, 4096, torch.bfloat16, H200, layout="kwords", **kw).config.mx_swap
+        assert make_mx_plan(m, 14336, 4096, torch.float16, H200, layout="kwords").config.mx_swap
+    for m in (8, 17):
+        assert make_mx_plan(m, 14336, 4096, torch.bfloat16, H200, layout="kwords").config.mx_swap
 
 
 @pytest.mark.parametrize("schedule,num_sms", [("auto", None), ("persistent", None), ("streamk", 100)])

@@ -71,10 +71,10 @@ class MXFP4Linear(torch.nn.Module):
     Buffers `weight_data` (uint8 [N, K/2], bytes in `layout`) and `weight_scales` (uint8 [N, K/32]); `bias` stays a
     Parameter in the activation dtype. Gradients flow to the input (and bias), not to the quantized weight.
 
-    `layout` (`mxfp4.LAYOUTS`): the byte layout the kernels read; None picks "hopper" (the fastest at M = 16-128; at
-    M = 1 and 4 "kwords" takes 0.74-1.01x its time, docs/performance.md) where in_features is a multiple of 128, else
-    "ocp". The weight is converted once, here. A checkpoint (`state_dict`) always holds the "ocp" interchange bytes,
-    so that it loads into a layer of any layout.
+    `layout` (`mxfp4.LAYOUTS`): the byte layout the kernels read; None picks "hopper" (the fastest at M = 17-128; at
+    M = 1 and 4 "kwords" takes 0.74-1.01x its time, at M = 9-16 0.91-1.04x, docs/performance.md) where in_features is
+    a multiple of 128, else "ocp". The weight is converted once, here. A checkpoint (`state_dict`) always holds the
+    "ocp" interchange bytes, so that it loads into a layer of any layout.
     """
 
     def __init__(self, weight: MXFP4Tensor, bias: torch.Tensor | None = None, *, num_sms: int | None = None,

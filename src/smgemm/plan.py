@@ -616,6 +616,19 @@ _MX_WORDS_MAX_M = 8
 # unchanged.
 _MX_WORDS_LONG_K_STEPS = 64
 
+# 8 < M <= 16 with a "kwords" weight and bf16 activations on the whole device, at least this share of the SMs in
+# 64-row tiles (make_mx_plan): 16 x 64 x 512 tiles computed unswapped, one program per tile. Their dot [16, K] @ [K,
+# 64] runs on mma.sync with the weight as its right operand, whose fragments are the expanded words in K order, so the
+# activation tile is used as loaded (the swapped wgmma tiles put it in the fragments' order first). On the H200
+# (benchmarks/sweep_mxfp4.py --graph --layout kwords, the trees of 0923d81 and of this rule in one run, planner rows
+# in us): 16 x 14336 x 4096 28.3 -> 19.9, 9 x 14336 x 4096 28.6 -> 19.7, 16 x 6144 x 4096 13.6 -> 12.8, 16 x 128256 x
+# 4096 135 -> 125, 16 x 28672 x 8192 64.4 -> 64.4; in a second run timed the same way the "hopper" plans took
+# 0.96-1.10x the new "kwords" time, and the 8B-shaped 4-layer model (tools.model) decoded batch 16 at 1.24x -> 1.34x
+# of bf16 torch (docs/performance.md). With fewer tiles the split plans stay (16 x 4096 x 4096: this tile 12.7 us
+# data-parallel against 10.5 planned); 32-row tiles of the same kind at M = 32 were no faster than the planner's (28.3
+# against 28.7 us at 32 x 14336 x 4096, 95.6 against 89.0 at 32 x 28672 x 8192).
+_MX_KWORDS_ROWS_FILL = 0.7
+
 # 64 < M <= 128 with a "hopper" weight on the whole device (make_mx_plan): mx_config's 128 x 64 x 256 tiles (one
 # program per SM) against 64 x 64 x 256 ones two programs per SM, which expand each weight tile twice but hide the
 # expansion behind the other program's, split by Stream-K in the same run (benchmarks/sweep_mxfp4.py --layout hopper
@@ -656,6 +669,9 @@ def make_mx_plan(
     * M <= _MX_WORDS_MAX_M with a "hopper" weight and bf16 activations on the whole device: 8 x 64 x 256 tiles with
       4 stages (the note at _MX_WORDS_MAX_M), scheduled as the decode tiles above; split, they run four programs
       per SM where a tile's K loop has at least _MX_WORDS_LONG_K_STEPS steps (two otherwise, as below).
+    * 8 < M <= 16 with a "kwords" weight and bf16 activations on the whole device, with 64-row tiles for at least
+      _MX_KWORDS_ROWS_FILL of the SMs: mx_config's tile computed unswapped (mma.sync, the activations as loaded),
+      one program per tile.
     * 8 < M <= 32 with a "hopper" weight of at least _MX_WIDE_DECODE_MIN elements on the whole device: tiles of 128
       weight rows (16 x 128 x 128 with 4 stages, 32 x 128 x 256 with 3 above M = 16), split by Stream-K (two programs
       per SM, as below).
@@ -670,6 +686,9 @@ def make_mx_plan(
             dtype == torch.bfloat16 and not a_mx
         if words:
             config = dataclasses.replace(config, block_m=8, block_k=min(config.block_k, 256), num_stages=4)
+        elif schedule == "auto" and whole and layout == "kwords" and m <= 16 and dtype == torch.bfloat16 and \
+                not a_mx and math.ceil(n / config.block_n) >= _MX_KWORDS_ROWS_FILL * spec.num_sms:
+            config, schedule = dataclasses.replace(config, mx_swap=False), "data_parallel"  # _MX_KWORDS_ROWS_FILL
         decode = schedule == "auto" and whole and config is not None and m <= 16
         if schedule == "auto" and whole and word_layout and m <= 32 and not words and \
                 n * k >= _MX_WIDE_DECODE_MIN:

@@ -563,9 +563,13 @@ def k_loop_mx(
     offs_k = tl.arange(0, BLOCK_K)
     # 8-row swapped tiles of a "hopper" or "kwords" weight: the dot is [BLOCK_N, K] @ [K, 8], which runs on
     # mma.sync, whose fragments are the expanded words in their own order: K order in a "kwords" weight; a "hopper"
-    # weight's activation tile is put in that order instead (`word_order`). The other tiles of a "kwords" weight
-    # (expanded in bf16) take the wgmma's fragment order, and the activation tile is put in it (`fragment_order`).
-    WORDS: tl.constexpr = B_MX != "ocp" and MX_SWAP and BLOCK_M == 8 and A_MX == "" and not (MX_FP16 or MX_PREFETCH)
+    # weight's activation tile is put in that order instead (`word_order`). 16-row unswapped tiles of a "kwords"
+    # weight likewise: [16, K] @ [K, BLOCK_N] on mma.sync, the words the right operand's fragments in K order. The
+    # other tiles of a "kwords" weight (expanded in bf16) take the wgmma's fragment order, and the activation tile is
+    # put in it (`fragment_order`).
+    WORDS: tl.constexpr = ((B_MX != "ocp" and MX_SWAP and BLOCK_M == 8) or
+                           (B_MX == "kwords" and not MX_SWAP and BLOCK_M == 16)) and \
+        A_MX == "" and not (MX_FP16 or MX_PREFETCH)
     FRAGMENTS: tl.constexpr = B_MX == "kwords" and not (WORDS or MX_FP16)
     if MX_SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
