@@ -81,7 +81,7 @@ def _mxfp4(m, n, k, act, layout, budget, schedule, has_c) -> Variant | None:
     if mx_expands(m, n, k, a_mx) or (layout != "ocp" and k % 128):
         return None  # expanded first: the dense bf16 path above
     dtype = torch.float16 if act == "fp16" else torch.bfloat16
-    plan = decide(m, n, k, dtype, H200, schedule=schedule, num_sms=budget, mxfp4=True, mx_layout=layout)
+    plan = decide(m, n, k, dtype, H200, schedule=schedule, num_sms=budget, mxfp4=True, mx_layout=layout, mx_a=a_mx)
     cfg = plan.config
     kw = dict(streamk=plan.sk_tiles > 0, has_c=bool(has_c), c_row=has_c == "row", a_mx=a_mx, b_mx=True,
               tma=cfg.tma, flatten=cfg.flatten,

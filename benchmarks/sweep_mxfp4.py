@@ -5,6 +5,8 @@ Weights rotate through ~256 MB of copies, so that neither side runs from L2.
 
     PYTHONPATH=src python benchmarks/sweep_mxfp4.py --shapes 16x8192x8192 --variants "16x64x256 w4 s4 swap sk"
     PYTHONPATH=src python benchmarks/sweep_mxfp4.py --both --shapes 4096x4096x4096 --variants "..."
+    PYTHONPATH=src python benchmarks/sweep_mxfp4.py --graph --layout kwords --shapes 16x6144x4096 \\
+        --variants "16x64x512 w4 s3 dp"
 """
 
 import argparse
@@ -19,7 +21,7 @@ from smgemm._device import device_spec
 from smgemm._gemm import gemm_mxfp4
 from smgemm.plan import mx_expands
 from smgemm.tools.bench import describe_mx
-from smgemm.tools.timing import environment, rel_err, time_rotating
+from smgemm.tools.timing import environment, graph_rotating, rel_err, time_rotating
 
 
 def main():
@@ -33,6 +35,9 @@ def main():
                    help="the planner row's MXFP4 path: as planned, or forced to two passes (on) or fused (off)")
     p.add_argument("--expand-blocks", default="",
                    help="block_r,block_k,warps of the expansion pass (under a budget and on the whole chip)")
+    p.add_argument("--graph", action="store_true",
+                   help="time CUDA-graph replays (as the bench's graph columns and serving engines' decode), not "
+                        "back-to-back eager calls")
     p.add_argument("--programs-per-sm", type=int, default=1,
                    help="experiment: plan persistent / Stream-K grids for a device with this many times its SMs "
                         "(several programs per SM; Stream-K then relies on them being resident together)")
@@ -46,6 +51,8 @@ def main():
     if args.programs_per_sm > 1:
         spec = plan_for_programs_per_sm(args.programs_per_sm)
         print(f"experiment: planning for {spec.num_sms} SMs ({args.programs_per_sm} programs per SM)")
+    # milliseconds a call, as sweep_shape takes them
+    timer = (lambda fn, sets: graph_rotating(fn, sets) / 1e3) if args.graph else time_rotating
     rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
@@ -62,13 +69,13 @@ def main():
             if not kw and args.expand != "auto":
                 kw = {"expand": args.expand == "on"}
             fn = lambda act, weight: gemm_mxfp4(act, weight, num_sms=args.num_sms, **kw)
-            return rel_err(fn(*ours[0]), ref), time_rotating(fn, ours)
+            return rel_err(fn(*ours[0]), ref), timer(fn, ours)
 
         expand = {"on": True, "off": False}.get(args.expand, mx_expands(m, n, k, args.both))
         label = describe_mx(m, n, k, spec, expand, args.num_sms, args.layout, args.both) + \
             f" (planner, expand {args.expand})"
         rows += sweep_shape(shape, 2 * m * n * k, label, args.variants, run,
-                            time_rotating(torch.matmul, peer))
+                            timer(torch.matmul, peer))
         del sets, ours, peer
     report(rows)
 
