@@ -15,20 +15,24 @@ import pytest
 import torch
 
 # The driver API calls Triton's launchers (3.6: generated per kernel; 3.7+: the shared one in its driver.c) make:
-# a context that is there, an error string, and a kernel launch that fails; every other call returns 0.
+# a context that is there (3.8 also asks for its device and the device count), an error string, and a kernel launch
+# that fails; every other call returns 0.
 _FAKE_CUDA = r"""
 typedef int CUresult;
 static const char *msg = "stand-in libcuda: no device";
 CUresult cuCtxGetCurrent(void **c) { *c = (void *)1; return 0; }
 CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)1; return 0; }
 CUresult cuDeviceGet(int *d, int o) { *d = 0; return 0; }
+CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
 CUresult cuGetErrorString(CUresult e, const char **s) { *s = msg; return 0; }
 CUresult cuLaunchKernelEx(const void *config, void *f, void **params, void **extra) { return 999; }
 """
 _FAKE_OTHERS = ("cuCtxGetLimit", "cuCtxSetCurrent", "cuCtxSetLimit", "cuDeviceGetAttribute", "cuDriverGetVersion",
-                "cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuGetProcAddress",
-                "cuModuleGetFunction", "cuModuleLoadData", "cuOccupancyMaxActiveClusters", "cuPointerGetAttribute",
-                "cuPointerGetAttributes", "cuTensorMapEncodeIm2col", "cuTensorMapEncodeTiled")
+                "cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuGetProcAddress", "cuInit",
+                "cuModuleGetFunction", "cuModuleLoadData", "cuModuleUnload", "cuOccupancyMaxActiveClusters",
+                "cuPointerGetAttribute", "cuPointerGetAttributes", "cuTensorMapEncodeIm2col",
+                "cuTensorMapEncodeTiled")
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
