@@ -2,6 +2,7 @@
 MXFP4 dtypes, and the checks swap_linears makes before changing anything."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch
 import smgemm
 from smgemm.nn import MXFP4Linear
 from test_llama import tiny_llama as _tiny_llama  # skips this module too where transformers is missing
+from test_llama import transformers
 
 
 def tiny_llama(device, dtype=torch.bfloat16, **overrides):
@@ -68,6 +70,42 @@ def test_a_swapped_model_reloads_without_quantizing(fmt, tmp_path, device, monke
     ids = torch.randint(0, 128, (2, 8), device=device)
     with torch.no_grad():
         assert torch.equal(fresh(ids).logits, model(ids).logits)
+
+
+@pytest.mark.parametrize("where", ["torch file", "safetensors file", "save_pretrained", "save_pretrained, shards"])
+def test_a_swapped_model_reloads_from_where_it_was_saved(where, tmp_path, device, monkeypatch):
+    """load_mxfp4 given a path: a torch.save file, a .safetensors file, or a Hugging Face save_pretrained directory
+    (one file, or shards named by an index), into a model built from the saved config."""
+    model = tiny_llama(device)
+    smgemm.nn.swap_linears(model, mxfp4=True)
+    if where == "torch file":
+        path = tmp_path / "m.pt"
+        torch.save(model.state_dict(), path)
+    elif where == "safetensors file":
+        safetensors = pytest.importorskip("safetensors.torch")
+        path = tmp_path / "m.safetensors"
+        safetensors.save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    else:
+        path = tmp_path / "saved"
+        model.save_pretrained(path, **({"max_shard_size": "20KB"} if "shards" in where else {}))
+        index = (path / "model.safetensors.index.json").exists()
+        assert index == ("shards" in where)
+        if index:
+            assert len(set(json.loads((path / "model.safetensors.index.json").read_text())["weight_map"].values())) > 1
+    config = model.config if "pretrained" not in where else transformers.AutoConfig.from_pretrained(path)
+    torch.manual_seed(1)
+    fresh = transformers.LlamaForCausalLM(config).to(device=device, dtype=torch.bfloat16).eval()
+    monkeypatch.setattr(smgemm.nn, "quantize_mxfp4", None)  # loading must not quantize anything
+    names = smgemm.nn.load_mxfp4(fresh, path)
+    assert len(names) == 7 + 1
+    ids = torch.randint(0, 128, (2, 8), device=device)
+    with torch.no_grad():
+        assert torch.equal(fresh(ids).logits, model(ids).logits)
+
+
+def test_reading_a_directory_without_a_checkpoint_names_what_it_looked_for(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint in this directory .*model\.safetensors"):
+        smgemm.nn.read_checkpoint(tmp_path)
 
 
 def test_mismatched_checkpoints_fail_naming_the_layer(device):

@@ -9,6 +9,8 @@ A module's `num_sms` / `schedule` (None: not set) win over an enclosing `smgemm.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 
 import torch
@@ -54,7 +56,7 @@ class Linear(torch.nn.Linear):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         if prefix + "weight_data" in state_dict:
             raise RuntimeError(f"{prefix.rstrip('.') or 'the module'}: the checkpoint holds an MXFP4 weight for this "
-                               "dense Linear; load it with smgemm.nn.load_mxfp4(model, state_dict)")
+                               "dense Linear; load it with smgemm.nn.load_mxfp4(model, checkpoint)")
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
@@ -251,20 +253,26 @@ def swap_linears(
     return SwapReport(names, skipped)
 
 
-def load_mxfp4(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], *, strict: bool = True,
-               num_sms: int | None = None, schedule: str | None = None, layout: str | None = None) -> SwapReport:
+def load_mxfp4(model: torch.nn.Module, checkpoint: dict[str, torch.Tensor] | str | os.PathLike, *,
+               strict: bool = True, num_sms: int | None = None, schedule: str | None = None,
+               layout: str | None = None) -> SwapReport:
     """Load a checkpoint of a model swapped with `swap_linears(..., mxfp4=True)` into a fresh, unswapped `model`:
     every `torch.nn.Linear` whose MXFP4 buffers (`<name>.weight_data`, `<name>.weight_scales`) the checkpoint holds
     becomes an empty `MXFP4Linear` (nothing is quantized), then `model.load_state_dict(state_dict, strict)` fills
-    everything. `state_dict` is what `torch.load(path, weights_only=True)` or `safetensors.torch.load_file` returns.
+    everything.
 
-        model = AutoModelForCausalLM.from_config(config).bfloat16()
-        smgemm.nn.load_mxfp4(model, torch.load("model.pt", weights_only=True))
+    `checkpoint`: a state dict (what `torch.load(path, weights_only=True)` or `safetensors.torch.load_file` returns),
+    or where one was saved (`read_checkpoint`): a `torch.save` file, a `.safetensors` file, or the directory of a
+    Hugging Face `save_pretrained`, sharded or not.
+
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)).bfloat16()
+        smgemm.nn.load_mxfp4(model, path)
 
     Returns the qualified names turned into MXFP4 layers. A layer whose shape differs from the checkpoint's raises,
     naming it (as load_state_dict does). `layout`: the byte layout the layers store (as in `swap_linears`; a layer
     whose in_features the layout cannot hold raises, naming it).
     """
+    state_dict = read_checkpoint(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else checkpoint
     check_knobs(schedule, num_sms)
     if layout is not None and layout not in LAYOUTS:
         raise ValueError(f"layout must be None or one of {LAYOUTS}, got {layout!r}")
@@ -290,3 +298,36 @@ def load_mxfp4(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], *, s
             names.append(qualified)
     model.load_state_dict(state_dict, strict=strict)
     return SwapReport(names)
+
+
+# What `read_checkpoint` looks for in a directory, in this order: Hugging Face's file names for an index of shards or
+# one file, safetensors first.
+_CHECKPOINT_FILES = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
+                     "pytorch_model.bin")
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The state dict saved at `path`, on the CPU: a `.safetensors` file, a `torch.save` file (read with
+    `weights_only=True`), or a directory holding one of `_CHECKPOINT_FILES` (what `save_pretrained` writes; an index
+    names the shards, whose tensors are merged). safetensors files need the `safetensors` package."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        found = next((name for name in _CHECKPOINT_FILES if os.path.isfile(os.path.join(path, name))), None)
+        if found is None:
+            raise FileNotFoundError(f"{path}: no checkpoint in this directory (looked for "
+                                    f"{', '.join(_CHECKPOINT_FILES)})")
+        if not found.endswith(".index.json"):
+            return read_checkpoint(os.path.join(path, found))
+        with open(os.path.join(path, found)) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        state: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            state.update(read_checkpoint(os.path.join(path, shard)))
+        return state
+    if path.endswith(".safetensors"):
+        try:
+            from safetensors.torch import load_file
+        except ImportError as e:
+            raise ImportError(f"{path}: reading a .safetensors checkpoint needs the safetensors package") from e
+        return load_file(path, device="cpu")
+    return torch.load(path, map_location="cpu", weights_only=True)
