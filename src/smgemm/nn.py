@@ -272,10 +272,10 @@ def load_mxfp4(model: torch.nn.Module, checkpoint: dict[str, torch.Tensor] | str
     naming it (as load_state_dict does). `layout`: the byte layout the layers store (as in `swap_linears`; a layer
     whose in_features the layout cannot hold raises, naming it).
     """
-    state_dict = read_checkpoint(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else checkpoint
     check_knobs(schedule, num_sms)
     if layout is not None and layout not in LAYOUTS:
         raise ValueError(f"layout must be None or one of {LAYOUTS}, got {layout!r}")
+    state_dict = read_checkpoint(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else checkpoint
     names = []
     replaced: dict[int, torch.nn.Module] = {}
     for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
