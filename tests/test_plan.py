@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from smgemm._device import INTERPRETER_SPEC, DeviceSpec
 from smgemm.plan import (
+    _MX_KWORDS_ROWS_FILL,
     _MX_WORDS_LONG_K_STEPS,
     INPUT_DTYPES,
     SCHEDULES,
@@ -361,7 +362,7 @@ def test_hopper_decode_with_bf16_activations_runs_eight_row_tiles():
 def _kwords_rows(m, n, dtype, a_mx, schedule, num_sms) -> bool:
     """Where the planner gives a "kwords" weight its own unswapped 16-row tiles (plan._MX_KWORDS_ROWS_FILL)."""
     return 8 < m <= 16 and dtype == torch.bfloat16 and not a_mx and schedule == "auto" and num_sms is None and \
-        math.ceil(n / 64) >= 0.7 * H200.num_sms
+        math.ceil(n / 64) >= _MX_KWORDS_ROWS_FILL * H200.num_sms
 
 
 def test_kwords_weights_plan_as_hopper_ones():
