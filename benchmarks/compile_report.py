@@ -48,11 +48,12 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
                     mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp",
                     use_int64=False, scales=False, input_precision="tf32", out="bf16", c="fp32", c_row=False,
-                    whole_store=False, vec=1):
+                    whole_store=False, vec=1, mask_m=False):
     """gemm_kernel compiled for sm_90 as a launch with these operands and plan would build it (`scales`: fp8's
     per-row / per-column scales; `out` / `c`: the output's and C's dtypes, `c_row`: C one row broadcast over M (a
     bias); an fp16 `dtype` with `b_mx` is the MX_FP16 route; `vec`: the alignment, in elements, of the K-contiguous
-    rows of operands read through pointers, as `_launch.vector_elements` gives it)."""
+    rows of operands read through pointers, as `_launch.vector_elements` gives it; `mask_m`: A has at most a quarter
+    of the tile's rows, read through pointers, as `_launch.static_args` gives MASK_M)."""
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -71,7 +72,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   D_DESC=(1 if whole_store else 2) if tma_store else 0, MX_SWAP=mx_swap, MX_PREFETCH=mx_prefetch,
                   BATCHED=batched,
                   A_VEC=vec if not (a_mx or tma) and layout[0] == "n" else 1,
-                  B_VEC=vec if not (b_mx or tma) and layout[1] == "t" else 1)
+                  B_VEC=vec if not (b_mx or tma) and layout[1] == "t" else 1,
+                  MASK_M=mask_m and not (a_mx or b_mx or tma))
     absent = {"smid_ptr"} | (set() if scales else {"sa_ptr", "sb_ptr"}) | (set() if has_c else {"c_ptr"}) | (
         set() if a_mx else {"mxa_ptr"}) | (set() if b_mx else {"mxb_ptr"}) | (set() if streamk else {"ws_ptr"})
     signature, attrs = {}, {}
@@ -175,6 +177,8 @@ def main():
                    help="--k-tail with A's and B's row strides not multiples of 16 elements (operands read in place)")
     p.add_argument("--vec", type=int, default=1,
                    help="with --unaligned: the elements (2, 4, 8) to which those rows are aligned (A_VEC / B_VEC)")
+    p.add_argument("--mask-m", action="store_true",
+                   help="A has at most a quarter of the tile's rows: its pointer loads masked past M (MASK_M)")
     args = p.parse_args()
     tile = tuple(int(x) for x in args.tile.split(","))
     out = args.out or {"fp32": "fp32", "fp16": "fp16"}.get(args.dtype, "bf16")
@@ -184,7 +188,8 @@ def main():
                              tma_store=args.tma_store, layout=args.layout,
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,
                              k_tail=args.k_tail or args.unaligned, unaligned=args.unaligned,
-                             mx_layout=args.mx_layout, use_int64=args.int64, vec=args.vec)
+                             mx_layout=args.mx_layout, use_int64=args.int64, vec=args.vec,
+                             mask_m=args.mask_m)
     if args.ptx:
         print(kernel.asm["ptx"])
     if args.ttgir:

@@ -26,7 +26,7 @@ from smgemm._device import device_spec
 from smgemm._gemm import gemm
 from smgemm.plan import DTYPES, TileConfig, make_plan
 from smgemm.tools.bench import _operands, describe
-from smgemm.tools.timing import copies_for, table, time_rotating
+from smgemm.tools.timing import copies_for, graph_rotating, table, time_rotating
 
 SCHEDULES = {"pers": "persistent", "sk": "streamk", "dp": "data_parallel"}
 
@@ -128,6 +128,8 @@ def main():
     p.add_argument("--num-sms", type=int, default=None)
     p.add_argument("--shapes", required=True, help="comma list of MxNxK (or BxMxNxK: batched)")
     p.add_argument("--variants", required=True, help="semicolon list of variants (see above)")
+    p.add_argument("--graph", action="store_true",
+                   help="time CUDA-graph replays (as serving engines' decode steps run), not back-to-back eager calls")
     p.add_argument("--programs-per-sm", type=int, default=1,
                    help="experiment: plan persistent / Stream-K grids for a device with this many times its SMs")
     args = p.parse_args()
@@ -136,6 +138,8 @@ def main():
     if args.programs_per_sm > 1:
         spec = plan_for_programs_per_sm(args.programs_per_sm)
         print(f"experiment: planning for {spec.num_sms} SMs ({args.programs_per_sm} programs per SM)")
+    # milliseconds a call, as sweep_shape takes them
+    timer = (lambda fn, sets: graph_rotating(fn, sets) / 1e3) if args.graph else time_rotating
     rows = []
     for shape in args.shapes.split(","):
         unaligned = shape.endswith("u")
@@ -149,11 +153,11 @@ def main():
             sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype), unaligned)  # rotated: no side reads L2
         a, b = sets[0]
         ref = a.float() @ b.float()
-        t_torch = time_rotating(torch.matmul, sets) if dtype != DTYPES["fp8"] else 0
+        t_torch = timer(torch.matmul, sets) if dtype != DTYPES["fp8"] else 0
 
         def run(kw, a=a, b=b, ref=ref, sets=sets):
             fn = lambda x, y: gemm(x, y, num_sms=args.num_sms, **kw)
-            return ((fn(a, b).float() - ref).norm() / ref.norm()).item(), time_rotating(fn, sets)
+            return ((fn(a, b).float() - ref).norm() / ref.norm()).item(), timer(fn, sets)
 
         planned = describe(make_plan(m, n, k, dtype, spec, num_sms=args.num_sms, batch=batch)) + " (planner)"
         rows += sweep_shape(shape, 2 * batch * m * n * k, planned, args.variants, run, t_torch)

@@ -46,6 +46,35 @@ def test_k_loop_even_and_tail(device):
         assert_gemm_close(gemm(a, b, config=SMALL), a, b)
 
 
+@pytest.mark.parametrize("schedule", ["persistent", "streamk"])
+@pytest.mark.parametrize("dtype", ["fp16", "fp8"])
+def test_fewer_rows_than_a_tile_mask_them(dtype, schedule, device):
+    """A dense A of at most a quarter of the tile's rows, read through pointers, loads only its rows (MASK_M): with a
+    K tail and without, 2-D and batched; with more rows, or through a descriptor, they are wrapped as everywhere
+    else."""
+    from smgemm._launch import Operands, static_args
+
+    cfg = SMALL_FP8 if dtype == "fp8" else SMALL
+    spec = device_spec(torch.device(device))
+    for m, k in ((1, 64), (4, 70), (5, 70), (16, 70)):
+        a, b = Case(m, 50, k, dtype, "nt").operands(device)
+        out = gemm(a, b, num_sms=3, config=cfg, schedule=schedule)
+        assert_gemm_close(out, a, b)
+        plan = make_plan(m, 50, k, a.dtype, spec, schedule=schedule, num_sms=3, config=cfg)
+        assert static_args(plan, Operands(a, b, out), 0, 0, False)[1]["MASK_M"] == (4 * m <= cfg.block_m)
+    if dtype == "fp16":
+        a3, b3 = randn((3, 3, 70), torch.float16, device), randn((3, 70, 40), torch.float16, device)
+        out3 = gemm(a3, b3, num_sms=3, config=cfg, schedule=schedule)
+        for i in range(3):
+            assert_gemm_close(out3[i], a3[i], b3[i])
+        plan = make_plan(3, 40, 70, torch.float16, spec, schedule=schedule, num_sms=3, config=cfg, batch=3)
+        assert static_args(plan, Operands(a3, b3, out3), 0, 0, False)[1]["MASK_M"]
+        tma = TileConfig(16, 32, 16, num_warps=4, num_stages=2, tma=True)  # A through a descriptor: TMA zero-fills
+        a, b = Case(2, 48, 64, dtype, "nt").operands(device)
+        plan = make_plan(2, 48, 64, a.dtype, spec, schedule=schedule, num_sms=3, config=tma)
+        assert not static_args(plan, Operands(a, b, gemm(a, b, config=tma)), 0, 0, False)[1]["MASK_M"]
+
+
 def test_out_dtype_override(device):
     a, b = Case(20, 30, 40, "bf16", "nt").operands(device)
     out = smgemm.matmul(a, b, out_dtype=torch.float32)

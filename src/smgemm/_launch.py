@@ -107,6 +107,8 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         FLATTEN=cfg.flatten, D_DESC=0 if d_mode != 1 else 1 if whole else 2,
         MX_SWAP=b_mx and cfg.mx_swap, MX_PREFETCH=b_mx and cfg.mx_prefetch,
         BATCHED=batched, A_VEC=a_vec, B_VEC=b_vec,
+        # a dense A of at most a quarter of a tile's rows, read through pointers, loads only those (`k_loop_dense`)
+        MASK_M=not (a_mx or b_mx) and a_mode == 0 and 4 * out.shape[0] <= cfg.block_m,
     )
     return ints, meta
 

@@ -369,14 +369,15 @@ def k_loop(
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
     MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr, STREAMK: tl.constexpr = False,
-    A_VEC: tl.constexpr = 1, B_VEC: tl.constexpr = 1,
+    A_VEC: tl.constexpr = 1, B_VEC: tl.constexpr = 1, MASK_M: tl.constexpr = False,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end),
     for `shape` (M, N, K) and the (row, column) strides of A [M, K] and B [K, N] (of an MXFP4 operand's packed data,
     whose scales' rows are `mx_strides` apart).
 
     Rows and columns past M / N are wrapped (`% M`) instead of masked, so the loop's loads need no M/N mask;
-    the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros.
+    the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros, and, with MASK_M, the rows of
+    a dense A of a few rows read through pointers (decode: `k_loop_dense`).
     A_DESC / B_DESC select how a dense operand is read: "pointers", through pointers and strides; "stored", a tensor
     descriptor (TMA on Hopper) over the operand as stored, A [M, K] / B [K, N]; "transposed", a descriptor over its
     transpose, A^T [K, M] / B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past
@@ -419,7 +420,7 @@ def k_loop(
         acc = k_loop_dense(
             a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, matrix, iter_start,
             iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_DESC, B_DESC,
-            BATCHED, A_VEC, B_VEC,
+            BATCHED, A_VEC, B_VEC, MASK_M,
         )
     return acc
 
@@ -443,17 +444,22 @@ def _desc_store(desc, matrix, row, col, block, BATCHED: tl.constexpr):
 
 
 @triton.jit
-def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k,
+def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k, rows_ok,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
                 INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
-                BATCHED: tl.constexpr):
-    """acc + A[tile rows, K step it] @ B[K step it, tile cols]; MASK_K: pointer loads masked at K (the K tail)."""
+                BATCHED: tl.constexpr, MASK_M: tl.constexpr):
+    """acc + A[tile rows, K step it] @ B[K step it, tile cols]; MASK_K: pointer loads masked at K (the K tail);
+    MASK_M: A's pointer loads masked to its `rows_ok`."""
     if A_DESC == "stored":
         b_a = _desc_block(a_ptr, matrix, pid_m * BLOCK_M, it * BLOCK_K, BLOCK_M, BLOCK_K, BATCHED)
     elif A_DESC == "transposed":
         b_a = tl.trans(_desc_block(a_ptr, matrix, it * BLOCK_K, pid_m * BLOCK_M, BLOCK_K, BLOCK_M, BATCHED))
+    elif MASK_K and MASK_M:
+        b_a = tl.load(p_a, mask=rows_ok[:, None] & (offs_k[None, :] < K - it * BLOCK_K), other=0.0)
     elif MASK_K:
         b_a = tl.load(p_a, mask=offs_k[None, :] < K - it * BLOCK_K, other=0.0)
+    elif MASK_M:
+        b_a = tl.load(p_a, mask=rows_ok[:, None], other=0.0)
     else:
         b_a = tl.load(p_a)
     if B_DESC == "stored":
@@ -504,9 +510,15 @@ def k_loop_dense(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_DESC: tl.constexpr, B_DESC: tl.constexpr, BATCHED: tl.constexpr, A_VEC: tl.constexpr = 1,
-    B_VEC: tl.constexpr = 1,
+    B_VEC: tl.constexpr = 1, MASK_M: tl.constexpr = False,
 ):
     """k_loop for dense operands (bf16, fp16, fp32, fp8).
+
+    MASK_M (A read through pointers, M at most a quarter of BLOCK_M: `_launch.static_args`): A's rows past M are
+    masked (zeros) rather than wrapped. Wrapped, a decode tile's rows are copies of its few real ones, and every
+    program asks L2 for the same bytes BLOCK_M / M times a step: on the H200 the bf16 16-row plans at M = 1 ran
+    1 x 4096 x 4096 in 16.8 us wrapped and 12.9 masked, 1 x 14336 x 4096 37.5 -> 34.8; from M = 8 on masking was
+    level or up to 4% slower (docs/performance.md, "Decode").
 
     With a K tail read through pointers, only the tail's step is masked: a mask in every step would hide from the
     compiler that whole rows of the step are in bounds, and it would load element by element (on the H200 that
@@ -514,6 +526,7 @@ def k_loop_dense(
     one loop."""
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
+    rows_ok = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) < M  # read with MASK_M only
     p_a, p_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, iter_start * BLOCK_K, stride_am, stride_ak,
                                stride_bk, stride_bn, A_DESC, B_DESC, A_VEC, B_VEC)
     PEEL: tl.constexpr = not EVEN_K and (A_DESC == "pointers" or B_DESC == "pointers")
@@ -522,8 +535,8 @@ def k_loop_dense(
         full_end = tl.minimum(iter_end, K // BLOCK_K)  # the steps before the K tail
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for it in range(iter_start, full_end):
-        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k, BLOCK_M, BLOCK_N,
-                          BLOCK_K, False, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED)
+        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k, rows_ok, BLOCK_M,
+                          BLOCK_N, BLOCK_K, False, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED, MASK_M)
         if A_DESC == "pointers":
             p_a += BLOCK_K * stride_ak
         if B_DESC == "pointers":
@@ -532,8 +545,9 @@ def k_loop_dense(
         if full_end < iter_end:  # the K tail, masked; its pointers formed anew, so the loop's die with the loop
             t_a, t_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, full_end * BLOCK_K, stride_am,
                                        stride_ak, stride_bk, stride_bn, A_DESC, B_DESC, A_VEC, B_VEC)
-            acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, matrix, offs_k, BLOCK_M,
-                              BLOCK_N, BLOCK_K, True, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED)
+            acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, matrix, offs_k, rows_ok,
+                              BLOCK_M, BLOCK_N, BLOCK_K, True, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED,
+                              MASK_M)
     return acc
 
 
