@@ -88,7 +88,7 @@ def _mxfp4(m, n, k, act, layout, budget, schedule, has_c) -> Variant | None:
     kw = dict(streamk=plan.sk_tiles > 0, has_c=bool(has_c), c_row=has_c == "row", a_mx=a_mx, b_mx=True,
               tma=cfg.tma, flatten=cfg.flatten,
               tma_store=cfg.tma_store, mx_swap=cfg.mx_swap, mx_prefetch=cfg.mx_prefetch, k_tail=not plan.even_k,
-              mx_layout=layout, out=_NAMES[dtype], c=_NAMES[dtype])
+              mx_layout=layout, out=_NAMES[dtype], c=_NAMES[dtype], one_row=m == 1 and not a_mx)
     return Variant(_NAMES[dtype], (cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages,
                    tuple(sorted(kw.items())))
 

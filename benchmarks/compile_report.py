@@ -48,12 +48,13 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
                     mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp",
                     use_int64=False, scales=False, input_precision="tf32", out="bf16", c="fp32", c_row=False,
-                    whole_store=False, vec=1, mask_m=False):
+                    whole_store=False, vec=1, mask_m=False, one_row=False):
     """gemm_kernel compiled for sm_90 as a launch with these operands and plan would build it (`scales`: fp8's
     per-row / per-column scales; `out` / `c`: the output's and C's dtypes, `c_row`: C one row broadcast over M (a
     bias); an fp16 `dtype` with `b_mx` is the MX_FP16 route; `vec`: the alignment, in elements, of the K-contiguous
     rows of operands read through pointers, as `_launch.vector_elements` gives it; `mask_m`: A has at most a quarter
-    of the tile's rows, read through pointers, as `_launch.static_args` gives MASK_M)."""
+    of the tile's rows, read through pointers, as `_launch.static_args` gives MASK_M; `one_row`: an MXFP4 weight's
+    activations are one row, ONE_ROW)."""
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -73,7 +74,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   BATCHED=batched,
                   A_VEC=vec if not (a_mx or tma) and layout[0] == "n" else 1,
                   B_VEC=vec if not (b_mx or tma) and layout[1] == "t" else 1,
-                  MASK_M=mask_m and not (a_mx or b_mx or tma))
+                  MASK_M=mask_m and not (a_mx or b_mx or tma), ONE_ROW=one_row and b_mx and not a_mx)
     absent = {"smid_ptr"} | (set() if scales else {"sa_ptr", "sb_ptr"}) | (set() if has_c else {"c_ptr"}) | (
         set() if a_mx else {"mxa_ptr"}) | (set() if b_mx else {"mxb_ptr"}) | (set() if streamk else {"ws_ptr"})
     signature, attrs = {}, {}
@@ -179,6 +180,7 @@ def main():
                    help="with --unaligned: the elements (2, 4, 8) to which those rows are aligned (A_VEC / B_VEC)")
     p.add_argument("--mask-m", action="store_true",
                    help="A has at most a quarter of the tile's rows: its pointer loads masked past M (MASK_M)")
+    p.add_argument("--one-row", action="store_true", help="with --b-mx: the activations are one row (ONE_ROW)")
     args = p.parse_args()
     tile = tuple(int(x) for x in args.tile.split(","))
     out = args.out or {"fp32": "fp32", "fp16": "fp16"}.get(args.dtype, "bf16")
@@ -189,7 +191,7 @@ def main():
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,
                              k_tail=args.k_tail or args.unaligned, unaligned=args.unaligned,
                              mx_layout=args.mx_layout, use_int64=args.int64, vec=args.vec,
-                             mask_m=args.mask_m)
+                             mask_m=args.mask_m, one_row=args.one_row)
     if args.ptx:
         print(kernel.asm["ptx"])
     if args.ttgir:

@@ -28,6 +28,9 @@ VARIANTS = [
     # decode of a "hopper" weight up to M = 8: 8-row activation tiles on mma.sync, the activations in word order
     ((8, 64, 256), 4, 4, dict(b_mx=True, mx_swap=True, mx_layout="hopper", streamk=True)),
     ((8, 64, 256), 4, 4, dict(use_int64=True, k_tail=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
+    # decode at batch 1: the one activation row loaded once a step and broadcast (ONE_ROW)
+    ((8, 64, 256), 4, 4, dict(b_mx=True, mx_swap=True, mx_layout="hopper", streamk=True, one_row=True)),
+    ((16, 64, 512), 4, 3, dict(b_mx=True, mx_layout="kwords", k_tail=True, one_row=True)),
     # dense decode tiles: A's rows past M masked (MASK_M)
     ((16, 32, 256), 4, 4, dict(mask_m=True)),
     ((16, 64, 256), 4, 4, dict(mask_m=True, k_tail=True, streamk=True, dtype="fp8e4nv", scales=True)),

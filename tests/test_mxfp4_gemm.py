@@ -249,6 +249,34 @@ def test_two_pass_path(both, dtype, device):
     assert_gemm_close(y, a, w.dequantize(torch.float32).t())
 
 
+@pytest.mark.parametrize("layout,config", [
+    ("hopper", TileConfig(8, 64, 256, num_warps=4, num_stages=4, mx_swap=True)),
+    ("kwords", TileConfig(8, 64, 256, num_warps=4, num_stages=4, mx_swap=True)),
+    ("kwords", TileConfig(16, 64, 512, num_warps=4, num_stages=3)),
+    ("ocp", SMALL)])
+def test_one_row_activation_is_broadcast(layout, config, device):
+    """An activation of one row (decode at batch 1) is loaded once a K step and broadcast over the tile's rows
+    (ONE_ROW), contiguous or with a K stride, with a K tail where the layout allows one, data-parallel and split; two
+    rows, or MXFP4 activations, are read as a tile."""
+    from smgemm._device import device_spec
+    from smgemm._launch import Operands, static_args
+    from smgemm.plan import make_plan
+
+    n, k = 90, 512 if layout != "ocp" else 224
+    w = _weight(n, k, device).to_layout(layout)
+    ref_w = w.dequantize(torch.float32).t()
+    spec = device_spec(torch.device(device))
+    for a in (randn((1, k), torch.bfloat16, device), randn((1, 2 * k), torch.float16, device)[:, ::2],
+              randn((2, k), torch.bfloat16, device), quantize_mxfp4(torch.randn(1, k, device=device))):
+        ref_a = a.dequantize(torch.float32) if isinstance(a, MXFP4Tensor) else a
+        for schedule, num_sms in (("data_parallel", None), ("streamk", 3)):
+            out = gemm_mxfp4(a, w, config=config, schedule=schedule, num_sms=num_sms)
+            assert_gemm_close(out, ref_a, ref_w)
+        plan = make_plan(a.shape[0], n, k, torch.bfloat16, spec, schedule="streamk", num_sms=3, config=config)
+        meta = static_args(plan, Operands(a, w, out), 0, 0, False)[1]
+        assert meta["ONE_ROW"] == (a.shape[0] == 1 and not isinstance(a, MXFP4Tensor))
+
+
 def test_decode_shapes_and_default_plan(device):
     x = randn((40, 2048), torch.bfloat16, device)  # 32 < M <= 64: Stream-K over swapped 64 x 64 x 256 tiles
     w = _weight(200, 2048, device)

@@ -109,6 +109,7 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         BATCHED=batched, A_VEC=a_vec, B_VEC=b_vec,
         # a dense A of at most a quarter of a tile's rows, read through pointers, loads only those (`k_loop_dense`)
         MASK_M=not (a_mx or b_mx) and a_mode == 0 and 4 * out.shape[0] <= cfg.block_m,
+        ONE_ROW=b_mx and not a_mx and a_mode == 0 and out.shape[0] == 1,  # an MXFP4 weight's one-row A (`k_loop_mx`)
     )
     return ints, meta
 

@@ -369,7 +369,7 @@ def k_loop(
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
     MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr, STREAMK: tl.constexpr = False,
-    A_VEC: tl.constexpr = 1, B_VEC: tl.constexpr = 1, MASK_M: tl.constexpr = False,
+    A_VEC: tl.constexpr = 1, B_VEC: tl.constexpr = 1, MASK_M: tl.constexpr = False, ONE_ROW: tl.constexpr = False,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end),
     for `shape` (M, N, K) and the (row, column) strides of A [M, K] and B [K, N] (of an MXFP4 operand's packed data,
@@ -377,7 +377,8 @@ def k_loop(
 
     Rows and columns past M / N are wrapped (`% M`) instead of masked, so the loop's loads need no M/N mask;
     the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros, and, with MASK_M, the rows of
-    a dense A of a few rows read through pointers (decode: `k_loop_dense`).
+    a dense A of a few rows read through pointers (decode: `k_loop_dense`); with an MXFP4 weight, ONE_ROW loads an A
+    of one row once a step (`k_loop_mx`).
     A_DESC / B_DESC select how a dense operand is read: "pointers", through pointers and strides; "stored", a tensor
     descriptor (TMA on Hopper) over the operand as stored, A [M, K] / B [K, N]; "transposed", a descriptor over its
     transpose, A^T [K, M] / B^T [N, K] (a column-major A, an nn.Linear weight). TMA fills rows, columns and K past
@@ -409,13 +410,13 @@ def k_loop(
         acc, top = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
             pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-            A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, FOLD)
+            A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, FOLD, ONE_ROW)
         if FOLD:
             if tl.max(top) > 128:
                 acc, top = k_loop_mx(
                     a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
                     pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
-                    A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, False)
+                    A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, False, ONE_ROW)
     else:
         acc = k_loop_dense(
             a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, matrix, iter_start,
@@ -558,7 +559,7 @@ def k_loop_mx(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
-    MX_PREFETCH: tl.constexpr, FOLD: tl.constexpr,
+    MX_PREFETCH: tl.constexpr, FOLD: tl.constexpr, ONE_ROW: tl.constexpr = False,
 ):
     """k_loop with an MXFP4 weight W [N, K/2] (scales in mxw) and A bf16 / fp16 (dense, read per A_DESC) or MXFP4
     (A_MX: [M, K/2], scales in mxa), K steps [iter_start, iter_end). Returns the fp32 [BLOCK_M, BLOCK_N] accumulator
@@ -571,7 +572,10 @@ def k_loop_mx(
     next step's weight tile after issuing this step's dot, so that the expansion can run while the tensor cores work.
     FOLD ("hopper" or "kwords" weight, GPU) expands with e2m1's 2^126 bias folded into the scale (one multiply a pair
     instead of two): exact while every scale is <= 2^1, the usual case for weights; the caller runs the loop again
-    without it when the returned scales say otherwise.
+    without it when the returned scales say otherwise. ONE_ROW (M = 1, a dense A read through pointers): the one row
+    is loaded once a step and broadcast to the tile's rows, where wrapped rows (`% M`) would load it BLOCK_M times;
+    on the H200 (CUDA-graph replays) 1 x 14336 x 4096 with a "hopper" weight took 19.5 us wrapped and 17.0 broadcast,
+    1 x 4096 x 14336 19.5 -> 17.2, 1 x 4096 x 4096 9.14 -> 8.25 (docs/performance.md, "Decode").
     """
     offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
@@ -614,11 +618,19 @@ def k_loop_mx(
         elif A_DESC == "transposed":
             b_a = tl.trans(a_ptr.load([k0, pid_m * BLOCK_M]))
         else:
-            p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
-            if EVEN_K:
-                b_a = tl.load(p_a)
+            if ONE_ROW:
+                p_r = a_ptr + (k0 + offs_k) * stride_ak
+                if EVEN_K:
+                    row = tl.load(p_r)
+                else:
+                    row = tl.load(p_r, mask=offs_k < K - k0, other=0.0)
+                b_a = tl.broadcast_to(row[None, :], (BLOCK_M, BLOCK_K))
             else:
-                b_a = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
+                p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
+                if EVEN_K:
+                    b_a = tl.load(p_a)
+                else:
+                    b_a = tl.load(p_a, mask=offs_k[None, :] < K - k0, other=0.0)
         if WORDS and B_MX == "hopper":
             b_a = word_order(b_a, BLOCK_M, BLOCK_K)
         elif FRAGMENTS:

@@ -103,7 +103,7 @@ def gemm_kernel(
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
     FLATTEN: tl.constexpr, D_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
     MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr, A_VEC: tl.constexpr, B_VEC: tl.constexpr,
-    MASK_M: tl.constexpr,
+    MASK_M: tl.constexpr, ONE_ROW: tl.constexpr,
 ):
     pid = tl.program_id(0)
     M, N, K = shape
@@ -151,7 +151,7 @@ def gemm_kernel(
         acc = k_loop(
             a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix, 0, k_iters,
             BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
-            A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED, STREAMK, A_VEC, B_VEC, MASK_M,
+            A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED, STREAMK, A_VEC, B_VEC, MASK_M, ONE_ROW,
         )
         epilogue(
             acc, pid_m, pid_n, shape, d_t, d_desc, d_strides, c_t, c_strides, sa_ptr, sb_ptr, scale_strides, coeffs,
@@ -197,7 +197,7 @@ def gemm_kernel(
                 a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix,
                 seg_start - tile_start, seg_end - tile_start,
                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
-                A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED, STREAMK, A_VEC, B_VEC, MASK_M,
+                A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED, STREAMK, A_VEC, B_VEC, MASK_M, ONE_ROW,
             )
             if seg_end < tile_start + k_iters:
                 # The tile's last iterations belong to pid + 1: publish this partial sum for it. At most one per
