@@ -72,7 +72,7 @@ def _dense(m, n, k, dtype, budget, schedule, align, layout, has_c, batch, out=No
               input_precision=plan.input_precision, out=out, c=out)
     if in_place and align > 1:
         kw["vec"] = align  # the K-runs' alignment the kernel is told (_launch.vector_elements)
-    if 4 * m <= cfg.block_m and not kw["tma"]:
+    if 4 * m <= cfg.block_m and not kw["tma"] and batch == 1:
         kw["mask_m"] = True  # A's rows past M masked (_launch.static_args MASK_M)
     return Variant(_NAMES[dtype], (cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages,
                    tuple(sorted(kw.items())))

@@ -49,8 +49,8 @@ def test_k_loop_even_and_tail(device):
 @pytest.mark.parametrize("schedule", ["persistent", "streamk"])
 @pytest.mark.parametrize("dtype", ["fp16", "fp8"])
 def test_fewer_rows_than_a_tile_mask_them(dtype, schedule, device):
-    """A dense A of at most a quarter of the tile's rows, read through pointers, loads only its rows (MASK_M): with a
-    K tail and without, 2-D and batched; with more rows, or through a descriptor, they are wrapped as everywhere
+    """A dense 2-D A of at most a quarter of the tile's rows, read through pointers, loads only its rows (MASK_M),
+    with a K tail and without; with more rows, batched, or through a descriptor, they are wrapped as everywhere
     else."""
     from smgemm._launch import Operands, static_args
 
@@ -68,7 +68,7 @@ def test_fewer_rows_than_a_tile_mask_them(dtype, schedule, device):
         for i in range(3):
             assert_gemm_close(out3[i], a3[i], b3[i])
         plan = make_plan(3, 40, 70, torch.float16, spec, schedule=schedule, num_sms=3, config=cfg, batch=3)
-        assert static_args(plan, Operands(a3, b3, out3), 0, 0, False)[1]["MASK_M"]
+        assert not static_args(plan, Operands(a3, b3, out3), 0, 0, False)[1]["MASK_M"]
         tma = TileConfig(16, 32, 16, num_warps=4, num_stages=2, tma=True)  # A through a descriptor: TMA zero-fills
         a, b = Case(2, 48, 64, dtype, "nt").operands(device)
         plan = make_plan(2, 48, 64, a.dtype, spec, schedule=schedule, num_sms=3, config=tma)

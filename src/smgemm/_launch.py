@@ -107,8 +107,9 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         FLATTEN=cfg.flatten, D_DESC=0 if d_mode != 1 else 1 if whole else 2,
         MX_SWAP=b_mx and cfg.mx_swap, MX_PREFETCH=b_mx and cfg.mx_prefetch,
         BATCHED=batched, A_VEC=a_vec, B_VEC=b_vec,
-        # a dense A of at most a quarter of a tile's rows, read through pointers, loads only those (`k_loop_dense`)
-        MASK_M=not (a_mx or b_mx) and a_mode == 0 and 4 * out.shape[0] <= cfg.block_m,
+        # a dense 2-D A of at most a quarter of a tile's rows, read through pointers, loads only those (`k_loop_dense`;
+        # measured on 2-D products only)
+        MASK_M=not (a_mx or b_mx or batched) and a_mode == 0 and 4 * out.shape[0] <= cfg.block_m,
         ONE_ROW=b_mx and not a_mx and a_mode == 0 and out.shape[0] == 1,  # an MXFP4 weight's one-row A (`k_loop_mx`)
     )
     return ints, meta

@@ -515,7 +515,7 @@ def k_loop_dense(
 ):
     """k_loop for dense operands (bf16, fp16, fp32, fp8).
 
-    MASK_M (A read through pointers, M at most a quarter of BLOCK_M: `_launch.static_args`): A's rows past M are
+    MASK_M (a 2-D A read through pointers, M at most a quarter of BLOCK_M: `_launch.static_args`): A's rows past M are
     masked (zeros) rather than wrapped. Wrapped, a decode tile's rows are copies of its few real ones, and every
     program asks L2 for the same bytes BLOCK_M / M times a step: on the H200 the bf16 16-row plans at M = 1 ran
     1 x 4096 x 4096 in 16.8 us wrapped and 12.9 masked, 1 x 14336 x 4096 37.5 -> 34.8; from M = 8 on masking was
