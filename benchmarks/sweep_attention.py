@@ -15,11 +15,11 @@ import smgemm
 from smgemm.tools.attention import cache_bytes, decode_attention, paged_cache, reference_attention
 from smgemm.tools.timing import environment, event_ms, int_list, table
 
-# (programs an SM, stages, warps). With 1 or 2 warps a page's softmax needs fewer cross-warp exchanges (sm_90 SASS a
-# page: 4 warps 262 instructions a thread with 10 barriers, 2 warps 373 with 10, 1 warp 612 with 3), so its chain
-# may be shorter; shared memory still holds 3 programs of 3 stages (71 KB each) or 5 of 2.
-CONFIGS = [(1, 4, 4), (1, 6, 4), (2, 3, 4), (2, 4, 4), (2, 3, 8), (3, 3, 4), (4, 2, 4), (3, 3, 2), (5, 2, 2), (3, 3, 1),
-           (5, 2, 1)]
+# (programs an SM, stages, warps, chunks a sequence; None: decode_attention's default). Each warp keeps its own running
+# softmax over its tokens of each page, so a page's chain has no cross-warp exchange; shared memory holds 3 programs
+# of 3 stages (64 KB each) or 2 of 4.
+CONFIGS = [(2, 3, 2, None), (3, 3, 2, None), (3, 3, 2, 1), (2, 4, 2, None), (3, 3, 4, None), (3, 3, 4, 1),
+           (2, 4, 4, None), (3, 3, 1, None), (4, 2, 2, None), (5, 2, 1, None)]
 
 
 def main():
@@ -42,13 +42,14 @@ def main():
             print(f"skipped {sms} SMs: the driver gives a partition of {part.num_sms}")
             continue
         with part if part is not None else contextlib.nullcontext():
-            for per_sm, stages, warps in CONFIGS:
-                def run(per_sm=per_sm, stages=stages, warps=warps, sms=sms):
+            for per_sm, stages, warps, chunks in CONFIGS:
+                def run(per_sm=per_sm, stages=stages, warps=warps, chunks=chunks, sms=sms):
                     return decode_attention(q, k_cache, v_cache, table_, lens, num_programs=per_sm * sms,
-                                            stages=stages, warps=warps)
+                                            stages=stages, warps=warps, chunks=chunks)
                 err = (run()[:2].double() - ref).abs().max().item()
                 ms = event_ms(run, 10, warm_s=0.2)
-                rows.append({"SMs": sms, "programs an SM": per_sm, "stages": stages, "warps": warps, "ms": ms,
+                rows.append({"SMs": sms, "programs an SM": per_sm, "stages": stages, "warps": warps,
+                             "chunks": chunks or "auto", "ms": ms,
                              "TB/s": moved / ms / 1e9, "GB/s an SM": moved / ms / 1e6 / sms, "max abs err": err})
                 print(rows[-1], flush=True)
     print(table(rows))

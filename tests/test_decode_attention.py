@@ -7,11 +7,14 @@ import torch
 from smgemm.tools.attention import decode_attention, paged_cache, reference_attention
 
 
-def test_paged_decode_attention_matches_sdpa(device):
-    q, k_cache, v_cache, table, lens = paged_cache(3, 2, 32, 40, page_size=16, device=device, seed=1)
-    lens = torch.tensor([40, 17, 33], dtype=torch.int32, device=device)  # partial last pages, one of one token
-    for programs in (1, 4, 64):  # persistent grids smaller and larger than the 6 (sequence, KV head) items
-        out = decode_attention(q, k_cache, v_cache, table, lens, num_programs=programs)
+@pytest.mark.parametrize("warps,chunks", [(1, 1), (2, 1), (2, 2), (2, 4), (1, 4)])
+def test_paged_decode_attention_matches_sdpa(warps, chunks, device):
+    """Each warp's tokens of a page, and each chunk of a sequence's pages, keep their own running softmax, merged
+    at the end: chunks and warps that see no token (a sequence of one page, a last page of one token) weigh 0."""
+    q, k_cache, v_cache, table, lens = paged_cache(3, 2, 32, 100, page_size=32, device=device, seed=1)
+    lens = torch.tensor([100, 9, 65], dtype=torch.int32, device=device)  # partial last pages, one of one token
+    for programs in (1, 4, 64):  # persistent grids smaller and larger than the (sequence, KV head, chunk) items
+        out = decode_attention(q, k_cache, v_cache, table, lens, num_programs=programs, warps=warps, chunks=chunks)
         ref = reference_attention(q, k_cache, v_cache, table, lens)
         # bf16 output (half an ulp, 2^-9 relative) and probabilities rounded to bf16 before the PV product (each
         # term's weight off by <= 2^-9 relative: <= 2^-9 max|v| in all); fp32 softmax and sums are far below that
@@ -26,3 +29,7 @@ def test_refuses_what_it_cannot_read(device):
         decode_attention(q[:, :3], k_cache, v_cache, table, lens)
     with pytest.raises(ValueError, match="k_cache must be contiguous bf16"):
         decode_attention(q, k_cache.float(), v_cache, table, lens)
+    with pytest.raises(ValueError, match="multiple of 16 tokens a warp"):
+        decode_attention(q, k_cache, v_cache, table, lens, warps=2)
+    with pytest.raises(ValueError, match="chunks must be a power of two"):
+        decode_attention(q, k_cache, v_cache, table, lens, warps=1, chunks=3)

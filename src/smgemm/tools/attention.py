@@ -8,10 +8,17 @@ share a KV head, so each K and V page is read once for all of them.
 
 A page's K and V descriptor loads take their row from the block table; the table entry of the next page is loaded
 one iteration ahead, so the pipeliner can issue the descriptor loads `stages - 1` pages ahead (loaded in the same
-iteration, the entry would hold them to one page ahead: a third of the bandwidth). What then bounds one program is
-the dependent chain of a page's dots, softmax reductions and barriers (~0.9 us a page on the H200), so an SM needs
-several programs: 3 an SM pull ~70 GB/s an SM (3.1 TB/s from 44 SMs), 2 an SM ~59, 1 ~38; on the whole device two
-an SM do best (4.4 TB/s), since 3 leave a tail of items.
+iteration, the entry would hold them to one page ahead: a third of the bandwidth). Each warp takes its own tokens of
+every page (the dots are batched over warps, [warps, group, head_dim] @ [warps, head_dim, page / warps], which
+Triton gives one warp per batch entry) and keeps its own running softmax, merged once an item: a page's chain of
+dots, reductions and exponentials then runs within each warp, with no exchange through shared memory and no barrier
+between warps. On the H200 (64 sequences of 16k tokens, 8 KV heads, three programs an SM in a green context of n
+SMs; a one-off script timing this kernel and the one it replaced, with one running softmax a program over 4 warps,
+in one run on the tree of 317e108): from 24 / 36 / 48 SMs 2 warps pulled 2.21 / 3.56 / 3.66 TB/s against
+1.68 / 2.65 / 3.34 before (4 warps, split the same way: 1.36 / 2.10 / 2.68); on the whole device both 4.41.
+Sequences are split into chunks (`chunks`, merged by a second kernel) only where there are fewer items than
+programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36 SMs,
+4.10 against 4.41 on the whole device), since each item refills the pipeline.
 
 Layout (vLLM's paged layout, heads before tokens): k_cache and v_cache [pages, kv_heads, page_size, head_dim] bf16
 contiguous; block_table [batch, max_pages] int32 maps a sequence's i-th page to its page in the cache; seq_lens
@@ -34,51 +41,95 @@ PARTITION_PROGRAMS_PER_SM = 3  # programs an SM that stream fastest in a partiti
 
 @triton.jit
 def _decode_attention_kernel(
-    q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr,
+    q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_ml_ptr, part_acc_ptr,
     batch, kv_heads, total_rows, max_pages, scale_log2, num_programs,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-    STAGES: tl.constexpr, INTERPRETER: tl.constexpr,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr,
+    CHUNKS: tl.constexpr, STAGES: tl.constexpr, INTERPRETER: tl.constexpr,
 ):
-    # the caches as [pages * kv_heads * page_size, head_dim]: one page of one head is PAGE consecutive rows
-    k_desc = tl.make_tensor_descriptor(k_ptr, [total_rows, HEAD_DIM], [HEAD_DIM, 1], [PAGE, HEAD_DIM])
-    v_desc = tl.make_tensor_descriptor(v_ptr, [total_rows, HEAD_DIM], [HEAD_DIM, 1], [PAGE, HEAD_DIM])
+    SUB: tl.constexpr = PAGE // SPLIT  # a warp's tokens of each page
+    # the caches as [pages * kv_heads * page_size / SUB, SUB, head_dim]: one page of one head is SPLIT blocks of SUB
+    # consecutive rows, loaded as one [SPLIT, SUB, head_dim] box
+    k_desc = tl.make_tensor_descriptor(k_ptr, [total_rows // SUB, SUB, HEAD_DIM], [SUB * HEAD_DIM, HEAD_DIM, 1],
+                                       [SPLIT, SUB, HEAD_DIM])
+    v_desc = tl.make_tensor_descriptor(v_ptr, [total_rows // SUB, SUB, HEAD_DIM], [SUB * HEAD_DIM, HEAD_DIM, 1],
+                                       [SPLIT, SUB, HEAD_DIM])
     offs_g = tl.arange(0, GROUP_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
-    offs_t = tl.arange(0, PAGE)
-    for item in tl.range(tl.program_id(0), batch * kv_heads, num_programs):
-        b = item // kv_heads
-        h = item % kv_heads
+    offs_t = tl.arange(0, SPLIT)[:, None] * SUB + tl.arange(0, SUB)[None, :]  # [SPLIT, SUB]: token in the page
+    for item in tl.range(tl.program_id(0), batch * kv_heads * CHUNKS, num_programs):
+        chunk = item % CHUNKS
+        b = item // CHUNKS // kv_heads
+        h = item // CHUNKS % kv_heads
         rows = h * GROUP + offs_g  # the query heads of this KV head (padded to a dot's 16 rows)
         p_q = q_ptr + (b * kv_heads * GROUP + rows)[:, None] * HEAD_DIM + offs_d[None, :]
         b_q = tl.load(p_q, mask=(offs_g < GROUP)[:, None], other=0.0)
+        q3 = tl.broadcast_to(b_q[None, :, :], (SPLIT, GROUP_PAD, HEAD_DIM))
+        if INTERPRETER:  # the interpreter's bf16 dot reads raw bits
+            q3 = q3.to(tl.float32)
         seq_len = tl.load(lens_ptr + b)
-        m_i = tl.full((GROUP_PAD,), float("-inf"), tl.float32)
-        l_i = tl.zeros((GROUP_PAD,), tl.float32)
-        acc = tl.zeros((GROUP_PAD, HEAD_DIM), tl.float32)
         n_pages = tl.cdiv(seq_len, PAGE)
-        page = tl.load(table_ptr + b * max_pages)
-        for i in tl.range(0, n_pages, num_stages=STAGES):
-            row = (page * kv_heads + h) * PAGE
+        # one running softmax per warp (along the batch dim of the dots, which Triton gives one warp each)
+        m_i = tl.full((SPLIT, GROUP_PAD), float("-inf"), tl.float32)
+        l_i = tl.zeros((SPLIT, GROUP_PAD), tl.float32)
+        acc = tl.zeros((SPLIT, GROUP_PAD, HEAD_DIM), tl.float32)
+        first = chunk * n_pages // CHUNKS
+        last = (chunk + 1) * n_pages // CHUNKS
+        page = tl.load(table_ptr + b * max_pages + tl.minimum(first, n_pages - 1))
+        for i in tl.range(first, last, num_stages=STAGES):
+            row = (page * kv_heads + h) * SPLIT
             page = tl.load(table_ptr + b * max_pages + tl.minimum(i + 1, n_pages - 1))  # the next page's entry
-            b_k = k_desc.load([row, 0])  # [PAGE, HEAD_DIM]
-            b_v = v_desc.load([row, 0])
-            if INTERPRETER:  # the interpreter's bf16 dot reads raw bits
-                s = tl.dot(b_q.to(tl.float32), tl.trans(b_k.to(tl.float32)))
-            else:
-                s = tl.dot(b_q, tl.trans(b_k))  # [GROUP_PAD, PAGE]
-            s = tl.where((i * PAGE + offs_t < seq_len)[None, :], s * scale_log2, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
+            b_k = k_desc.load([row, 0, 0])  # [SPLIT, SUB, HEAD_DIM]
+            b_v = v_desc.load([row, 0, 0])
             if INTERPRETER:
-                acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16).to(tl.float32), b_v.to(tl.float32))
+                s = tl.dot(q3, tl.permute(b_k.to(tl.float32), 0, 2, 1))
             else:
-                acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), b_v)
+                s = tl.dot(q3, tl.permute(b_k, 0, 2, 1))  # [SPLIT, GROUP_PAD, SUB]
+            s = tl.where((i * PAGE + offs_t < seq_len)[:, None, :], s * scale_log2, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=2))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a warp whose tokens so far are all past the end
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(s - m_use[:, :, None])
+            l_i = l_i * alpha + tl.sum(p, axis=2)
+            if INTERPRETER:
+                pv = tl.dot(p.to(tl.bfloat16).to(tl.float32), b_v.to(tl.float32))
+            else:
+                pv = tl.dot(p.to(tl.bfloat16), b_v)
+            acc = acc * alpha[:, :, None] + pv
             m_i = m_new
-        out = acc / l_i[:, None]
-        p_o = out_ptr + (b * kv_heads * GROUP + rows)[:, None] * HEAD_DIM + offs_d[None, :]
-        tl.store(p_o, out.to(tl.bfloat16), mask=(offs_g < GROUP)[:, None])
+        m, l_sum, acc_sum = _merge(m_i, l_i, acc)
+        if CHUNKS == 1:
+            p_o = out_ptr + (b * kv_heads * GROUP + rows)[:, None] * HEAD_DIM + offs_d[None, :]
+            tl.store(p_o, (acc_sum / l_sum[:, None]).to(tl.bfloat16), mask=(offs_g < GROUP)[:, None])
+        else:  # this chunk's state, merged with the others' by _chunks_kernel
+            tl.store(part_ml_ptr + item * 2 * GROUP_PAD + offs_g, m)
+            tl.store(part_ml_ptr + item * 2 * GROUP_PAD + GROUP_PAD + offs_g, l_sum)
+            tl.store(part_acc_ptr + (item * GROUP_PAD + offs_g)[:, None] * HEAD_DIM + offs_d[None, :], acc_sum)
+
+
+@triton.jit
+def _merge(m, l_sum, acc):
+    """Running softmax states (max, sum, weighted values) stacked along dim 0, merged into one; a state that saw no
+    token (max -inf) weighs 0."""
+    top = tl.max(m, axis=0)
+    w = tl.exp2(m - tl.where(top == float("-inf"), 0.0, top)[None, :])
+    return top, tl.sum(l_sum * w, axis=0), tl.sum(acc * w[:, :, None], axis=0)
+
+
+@triton.jit
+def _chunks_kernel(part_ml_ptr, part_acc_ptr, out_ptr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, CHUNKS: tl.constexpr):
+    """out of one (sequence, KV head) from its CHUNKS chunks' states."""
+    pair = tl.program_id(0)  # b * kv_heads + h
+    offs_c = pair * CHUNKS + tl.arange(0, CHUNKS)
+    offs_g = tl.arange(0, GROUP_PAD)
+    offs_d = tl.arange(0, HEAD_DIM)
+    m = tl.load(part_ml_ptr + offs_c[:, None] * 2 * GROUP_PAD + offs_g[None, :])
+    l_sum = tl.load(part_ml_ptr + offs_c[:, None] * 2 * GROUP_PAD + GROUP_PAD + offs_g[None, :])
+    acc = tl.load(part_acc_ptr + (offs_c[:, None, None] * GROUP_PAD + offs_g[None, :, None]) * HEAD_DIM +
+                  offs_d[None, None, :])
+    _, l_all, acc_all = _merge(m, l_sum, acc)
+    p_o = out_ptr + (pair * GROUP + offs_g)[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(p_o, (acc_all / l_all[:, None]).to(tl.bfloat16), mask=(offs_g < GROUP)[:, None])
 
 
 def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -88,11 +139,14 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                      seq_lens: torch.Tensor, *, num_programs: int | None = None, stages: int = 3,
-                     warps: int = 4) -> torch.Tensor:
+                     warps: int = 2, chunks: int | None = None) -> torch.Tensor:
     """softmax(q K^T / sqrt(head_dim)) V for each sequence's one new token, GQA (q_heads a multiple of kv_heads),
     over the paged caches (layout in the module docstring). `num_programs`: the persistent grid (default two per
-    SM of the device; in a green context of fewer SMs, pass `PARTITION_PROGRAMS_PER_SM` times its SM count). bf16 in
-    and out, fp32 softmax and accumulation."""
+    SM of the device; in a green context of fewer SMs, pass `PARTITION_PROGRAMS_PER_SM` times its SM count).
+    `warps` split each page's tokens between them; `chunks` (a power of two) splits each sequence's pages, whose
+    states a second kernel merges (default: 1 where there are as many (sequence, KV head) items as programs, else
+    enough for one item a program, at least 8 pages a chunk).
+    bf16 in and out, fp32 softmax and accumulation."""
     batch, q_heads, head_dim = q.shape
     pages, kv_heads, page_size, _ = k_cache.shape
     if q_heads % kv_heads or k_cache.shape != v_cache.shape or k_cache.shape[-1] != head_dim:
@@ -101,24 +155,41 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dtype != torch.bfloat16 or not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous bf16")
+    if page_size % (16 * warps):
+        raise ValueError(f"page_size ({page_size}) must be a multiple of 16 tokens a warp ({warps} warps)")
     group = q_heads // kv_heads
+    group_pad = max(16, triton.next_power_of_2(group))
     out = torch.empty_like(q)
     if num_programs is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
         num_programs = 2 * sms
-    grid = max(1, min(num_programs, batch * kv_heads))
+    if chunks is None:  # chunks only where there are fewer items than programs: each item refills the pipeline
+        chunks = 1
+        while batch * kv_heads * chunks < num_programs and block_table.shape[1] >= 16 * chunks:
+            chunks *= 2
+    if chunks < 1 or chunks & (chunks - 1):
+        raise ValueError(f"chunks must be a power of two, got {chunks}")
+    items = batch * kv_heads * chunks
+    grid = max(1, min(num_programs, items))
+    part_ml = part_acc = None
+    if chunks > 1:
+        part_ml = torch.empty(items, 2, group_pad, dtype=torch.float32, device=q.device)
+        part_acc = torch.empty(items, group_pad, head_dim, dtype=torch.float32, device=q.device)
     interpreter = q.device.type == "cpu"
     token = _allocation._allocator.set(_scratch)  # device-built tensor descriptors live in a global scratch
     try:
         _decode_attention_kernel[(grid,)](
-            q, k_cache, v_cache, block_table, seq_lens, out,
+            q, k_cache, v_cache, block_table, seq_lens, out, part_ml, part_acc,
             batch, kv_heads, pages * kv_heads * page_size, block_table.shape[1],
             math.log2(math.e) / math.sqrt(head_dim), grid,
-            GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page_size,
+            GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, PAGE=page_size, SPLIT=warps, CHUNKS=chunks,
             STAGES=stages, INTERPRETER=interpreter, num_warps=warps,
         )
     finally:
         _allocation._allocator.reset(token)
+    if chunks > 1:
+        _chunks_kernel[(batch * kv_heads,)](part_ml, part_acc, out, GROUP=group, GROUP_PAD=group_pad,
+                                            HEAD_DIM=head_dim, CHUNKS=chunks, num_warps=4)
     return out
 
 
