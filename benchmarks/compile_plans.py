@@ -36,7 +36,8 @@ H200 = dataclasses.replace(INTERPRETER_SPEC, interpreted=False)
 SHARED_LIMIT = H200.smem_per_block
 _NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4nv"}
 _M = (1, 16, 17, 48, 64, 65, 128, 200, 384, 1024, 4096)
-_NK = ((64, 96), (130, 384), (1024, 4096), (4096, 4096), (14336, 4096), (4096, 14336), (4096, 257), (4096, 80))
+_NK = ((64, 96), (130, 384), (1024, 4096), (4096, 4096), (14336, 4096), (4096, 14336), (4096, 257), (4096, 80),
+       (130, 32))
 _BUDGETS = (None, 16, 66)
 _SCHEDULES = ("auto", "persistent", "streamk", "data_parallel")
 

@@ -498,10 +498,12 @@ def test_short_k_over_a_wave_of_tiles_runs_data_parallel_on_the_whole_device():
 
 def test_mxfp4_fused_plans_keep_their_measured_tiles():
     # The dense-only rules (short K steps, the overlap tile, 32-row Stream-K tiles) stay off for the fused MXFP4
-    # kernel: its "ocp" K loop did not compile with 32-deep steps (benchmarks/compile_plans.py: "Illegal shared layout")
+    # kernel: its "ocp" K loop did not compile with 32-deep steps (benchmarks/compile_plans.py: "Illegal shared
+    # layout"), which K <= 32 would give the dense model's tiles and mx_config's
     from smgemm.plan import _OVERLAP_TILE
 
-    for m, n, k, budget in ((65, 4096, 80, 16), (1024, 4096, 80, None), (2048, 2048, 96, None), (72, 264, 5824, None)):
+    for m, n, k, budget in ((65, 4096, 80, 16), (1024, 4096, 80, None), (2048, 2048, 96, None), (72, 264, 5824, None),
+                            (65, 129, 32, 1), (300, 129, 32, 1), (17, 129, 32, None), (1, 64, 32, None)):
         for a_mx in (False, True):
             cfg = make_mx_plan(m, n, k, torch.bfloat16, H200, num_sms=budget, a_mx=a_mx).config
             assert cfg.block_k >= 64 and cfg != _OVERLAP_TILE and cfg.block_m >= min(64, m), (m, n, k, a_mx, cfg)

@@ -680,6 +680,7 @@ def make_mx_plan(
     """
     whole = whole_device(num_sms, spec)
     word_layout = layout != "ocp"  # "hopper" or "kwords": the same words, read by the same tiles
+    forced = config is not None
     if config is None:
         config = mx_config(m, n, k, layout)
         words = schedule == "auto" and whole and word_layout and m <= _MX_WORDS_MAX_M and \
@@ -724,6 +725,12 @@ def make_mx_plan(
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config, dense=False)
     readable = hopper_steps(plan.config) if word_layout else plan.config
     readable = dataclasses.replace(readable, whole_store=False)  # whole-tile stores are measured on dense tiles only
+    if not forced and readable.block_k < 64:
+        # Triton 3.6 fails to compile some 32-deep tiles that expand an MXFP4 weight (128 x 256 of 8 warps, 128 x 128
+        # and 64 x 128 of 4 with dense activations; 256 x 128 swapped with MXFP4 activations:
+        # benchmarks/compile_report.py's compile_variant), as the planner picks them for K <= 32: 64-deep steps
+        # instead, the K tail masked
+        readable = dataclasses.replace(readable, block_k=64)
     if readable != plan.config:
         plan = make_plan(m, n, k, dtype, spec, schedule=plan.schedule, num_sms=num_sms, config=readable)
     return plan
