@@ -35,6 +35,10 @@ def test_serving_step_bench_runs_and_checks_results(partner, tmp_path):
     assert [r["GEMM SMs"] for r in rows] == [64, 96]
     for r in rows:
         assert r["partitioned ms"] > 0 and r["modelled ms"] == max(r["GEMMs on k ms"], r["partner on rest ms"])
+        # each side in the pair takes at least most of its time alone (not a stream's idle gap)
+        assert r["GEMMs in pair ms"] > 0.8 * r["GEMMs on k ms"]
+        assert r["partner in pair ms"] > 0.8 * r["partner on rest ms"]
+        assert r["compute-only partner ms"] >= 0.8 * r["modelled ms"]
     assert summary["best k"] in (64, 96) and summary["model's best ms"] > 0
     message = plot_step(rows, summary, str(tmp_path / "step.png"), "test")
     assert message.startswith("wrote") or "matplotlib is not installed" in message

@@ -20,6 +20,9 @@ batch's own GEMMs on MXFP4 weights), sequentially, concurrently on two streams, 
 reports each side alone on its partition (TFLOP/s, TB/s), the SM clock and power while each mode runs, and the
 pair model: the partitioned time cannot beat the slower side alone on its partition, so the best k's modelled
 time is min over k of max(GEMMs alone on k SMs, partner alone on the rest), which the measured time is divided by.
+Two more columns say where a partitioned step loses to the model: each side's own time while the pair runs (events on
+its stream), and the step with a compute-only partner (`_spin_kernel`) that takes as long alone on the same SMs but
+touches no memory, so that what remains between the two is contention in device memory and L2.
 """
 
 from __future__ import annotations
@@ -72,6 +75,45 @@ def _side_by_side(first: tuple[torch.cuda.Stream, Callable], second: tuple[torch
             work()
     for stream, _ in (first, second):
         main.wait_stream(stream)
+
+
+def _sides_in_pair(first: tuple[torch.cuda.Stream, Callable], second: tuple[torch.cuda.Stream, Callable],
+                   reps: int) -> tuple[float, float]:
+    """Milliseconds each of two pieces of work takes while they run side by side (`_side_by_side`), from events on
+    their own streams: what each side loses to the other, against its time alone."""
+    main = torch.cuda.current_stream()
+    _side_by_side(first, second)  # warm-up
+    events = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(reps)]
+    for rep in events:
+        for i, (stream, work) in enumerate((first, second)):
+            stream.wait_stream(main)
+            with torch.cuda.stream(stream):
+                rep[2 * i].record()
+                work()
+                rep[2 * i + 1].record()
+        for stream, _ in (first, second):
+            main.wait_stream(stream)
+    torch.cuda.synchronize()
+    return (sum(e[0].elapsed_time(e[1]) for e in events) / reps, sum(e[2].elapsed_time(e[3]) for e in events) / reps)
+
+
+@triton.jit
+def _spin_kernel(out_ptr, iters):
+    """Arithmetic only: a partner that occupies its SMs without touching device memory or L2."""
+    v = tl.program_id(0).to(tl.float32) + tl.arange(0, 128).to(tl.float32)
+    for _ in range(iters):
+        v = v * 1.0000001 + 1e-7
+    tl.store(out_ptr + tl.program_id(0) * 128 + tl.arange(0, 128), v)
+
+
+def compute_only(programs: int, ms: float, device: torch.device) -> Callable[[], None]:
+    """A `_spin_kernel` launch of `programs` that takes about `ms` alone, on the current stream's SMs (call it
+    inside the partition it will run in)."""
+    out = torch.empty(programs * 128, device=device)
+    probe = 20000
+    t = event_ms(lambda: _spin_kernel[(programs,)](out, probe, num_warps=2), 3)
+    iters = max(1, round(probe * ms / t))
+    return lambda: _spin_kernel[(programs,)](out, iters, num_warps=2)
 
 
 def bench_overlap(
@@ -248,11 +290,18 @@ def bench_step(tokens: int, batch: int, context: int, budgets: list[int], reps: 
         part = lambda g=g_part, p=p_part, k=k, rest=rest: _side_by_side((g.stream, gemms(k)),
                                                                         (p.stream, side(rest)))
         t_part = steady_ms(part)
+        g_in, p_in = _sides_in_pair((g_part.stream, gemms(k)), (p_part.stream, side(rest)), reps)
+        with p_part:  # the same partition and time alone, without memory traffic: the split's own ceiling
+            spin = compute_only(PARTITION_PROGRAMS_PER_SM * rest, t_p, x.device)
+        t_spin = steady_ms(lambda g=g_part, p=p_part, k=k, spin=spin: _side_by_side((g.stream, gemms(k)),
+                                                                                (p.stream, spin)))
         rows.append({
             "GEMM SMs": k, "partner SMs": rest, "isolated": g_part.isolated and p_part.isolated,
             "GEMMs on k ms": t_g, "GEMM TFLOP/s": flops / t_g / 1e9, "partner on rest ms": t_p,
             "partner TB/s": moved / t_p / 1e9, "partitioned ms": t_part, "partitioned / sequential": t_part / t_seq,
             "modelled ms": max(t_g, t_p), "measured / modelled": t_part / max(t_g, t_p),
+            "GEMMs in pair ms": g_in, "partner in pair ms": p_in,
+            "compute-only partner ms": t_spin, "compute-only / sequential": t_spin / t_seq,
         })
     best = min(rows, key=lambda r: r["partitioned ms"])
     modelled = min(r["modelled ms"] for r in rows)
@@ -277,6 +326,8 @@ def plot_step(rows: list[dict[str, object]], summary: dict[str, object], path: s
     ax.axhline(summary["concurrent ms"], ls="--", label="concurrent, two streams")
     ax.plot(sms, [r["partitioned ms"] for r in rows], "o-", label="partitioned: GEMMs on k SMs, partner on the rest")
     ax.plot(sms, [r["modelled ms"] for r in rows], "x:", label="model: the slower side alone on its partition")
+    ax.plot(sms, [r["compute-only partner ms"] for r in rows], "s--",
+            label="partitioned beside a compute-only partner of the same time")
     ax.set(title=title, xlabel="k: SMs given to the GEMMs", ylabel="wall time per step (ms)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
