@@ -66,13 +66,19 @@ def kv_scores(kv: torch.Tensor, q: torch.Tensor, out: torch.Tensor, *, block_r: 
                                                        num_warps=warps)
 
 
-def _side_by_side(first: tuple[torch.cuda.Stream, Callable], second: tuple[torch.cuda.Stream, Callable]) -> None:
-    """Launch two pieces of work on two streams, ordered after and before the current stream's work."""
+def _side_by_side(first: tuple[torch.cuda.Stream, Callable], second: tuple[torch.cuda.Stream, Callable],
+                  events: list[torch.cuda.Event] | None = None) -> None:
+    """Launch two pieces of work on two streams, ordered after and before the current stream's work; `events`
+    (four), when given, are recorded on each stream before and after its work."""
     main = torch.cuda.current_stream()
-    for stream, work in (first, second):
+    for i, (stream, work) in enumerate((first, second)):
         stream.wait_stream(main)
         with torch.cuda.stream(stream):
+            if events is not None:
+                events[2 * i].record()
             work()
+            if events is not None:
+                events[2 * i + 1].record()
     for stream, _ in (first, second):
         main.wait_stream(stream)
 
@@ -81,18 +87,10 @@ def _sides_in_pair(first: tuple[torch.cuda.Stream, Callable], second: tuple[torc
                    reps: int) -> tuple[float, float]:
     """Milliseconds each of two pieces of work takes while they run side by side (`_side_by_side`), from events on
     their own streams: what each side loses to the other, against its time alone."""
-    main = torch.cuda.current_stream()
     _side_by_side(first, second)  # warm-up
     events = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(reps)]
     for rep in events:
-        for i, (stream, work) in enumerate((first, second)):
-            stream.wait_stream(main)
-            with torch.cuda.stream(stream):
-                rep[2 * i].record()
-                work()
-                rep[2 * i + 1].record()
-        for stream, _ in (first, second):
-            main.wait_stream(stream)
+        _side_by_side(first, second, rep)
     torch.cuda.synchronize()
     return (sum(e[0].elapsed_time(e[1]) for e in events) / reps, sum(e[2].elapsed_time(e[3]) for e in events) / reps)
 
