@@ -4,9 +4,11 @@ behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmalo
 halves; default schedule pers; noalign = Stream-K split evenly over the whole budget, not over a grid aligned to the
 tiles; MXFP4 GEMMs also take "swap" (W @ A^T) and "prefetch", see benchmarks/sweep_mxfp4.py). A shape of four
 numbers, BxMxNxK, is a batched product (smgemm.bmm against torch.bmm on [B, M, K] @ [B, K, N]); a trailing "u"
-(MxNxKu) reads the operands from buffers one column wider, as the random suite's odd problems do. "stage" / "nostage"
+(MxNxKu) reads the operands from buffers one column wider, as the random suite's odd problems do; a trailing "c"
+(after any "u") adds a C matrix of the output's shape, against torch.addmm / torch.baddbmm. "stage" / "nostage"
 copy operands whose rows the tile cannot read at full speed into aligned buffers first, or read them in place
-(`smgemm.plan.overrides(stage=...)`; without either the planner weighs the copy).
+(`smgemm.plan.overrides(stage=...)`; without either the planner weighs the copy). A variant "auto ..." is the
+planner's own plan with the words that follow (e.g. "auto nostage").
 
     PYTHONPATH=src python benchmarks/sweep_configs.py --shapes 128x8192x8192 \\
         --variants "128x128x64 w8 s4 sk;128x128x64 w8 s4 tma sk"
@@ -92,7 +94,7 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
     for name in [planned, *(v for v in variants.split(";") if v.strip())]:
         row = {"shape": shape, "variant": name.strip()}
         try:
-            if name is planned:
+            if name is planned or name.split()[0] == "auto":
                 kw = {}
             else:
                 cfg, sched = parse_variant(name)
@@ -142,8 +144,9 @@ def main():
     timer = (lambda fn, sets: graph_rotating(fn, sets) / 1e3) if args.graph else time_rotating
     rows = []
     for shape in args.shapes.split(","):
-        unaligned = shape.endswith("u")
-        *batch, m, n, k = (int(v) for v in shape.rstrip("u").split("x"))
+        with_c = shape.endswith("c")
+        unaligned = shape.rstrip("c").endswith("u")
+        *batch, m, n, k = (int(v) for v in shape.rstrip("c").rstrip("u").split("x"))
         batch = batch[0] if batch else 1
         if len(shape.split("x")) == 4:
             copies = max(1, min(8, math.ceil(256e6 / (batch * (m * k + k * n) * 2))))
@@ -151,15 +154,19 @@ def main():
                     for _ in range(copies)]
         else:
             sets = _operands(m, n, k, dtype, copies_for(m, n, k, dtype), unaligned)  # rotated: no side reads L2
-        a, b = sets[0]
-        ref = a.float() @ b.float()
-        t_torch = timer(torch.matmul, sets) if dtype != DTYPES["fp8"] else 0
+        if with_c:
+            sets = [(*pair, torch.randn(*pair[0].shape[:-1], n, device="cuda").to(dtype)) for pair in sets]
+        a, b, *c = sets[0]
+        ref = a.float() @ b.float() + (c[0].float() if c else 0)
+        peer = (torch.baddbmm if batch > 1 else torch.addmm) if with_c else torch.matmul
+        t_torch = timer(lambda x, y, *z, peer=peer: peer(*z, x, y), sets) if dtype != DTYPES["fp8"] else 0
 
-        def run(kw, a=a, b=b, ref=ref, sets=sets):
-            fn = lambda x, y: gemm(x, y, num_sms=args.num_sms, **kw)
-            return ((fn(a, b).float() - ref).norm() / ref.norm()).item(), timer(fn, sets)
+        def run(kw, a=a, b=b, c=c, ref=ref, sets=sets):
+            fn = lambda x, y, *z: gemm(x, y, c=z[0] if z else None, num_sms=args.num_sms, **kw)
+            return ((fn(a, b, *c).float() - ref).norm() / ref.norm()).item(), timer(fn, sets)
 
-        planned = describe(make_plan(m, n, k, dtype, spec, num_sms=args.num_sms, batch=batch)) + " (planner)"
+        planned = describe(make_plan(m, n, k, dtype, spec, num_sms=args.num_sms, batch=batch, c_matrix=with_c)) + \
+            " (planner)"
         rows += sweep_shape(shape, 2 * batch * m * n * k, planned, args.variants, run, t_torch)
     report(rows)
 

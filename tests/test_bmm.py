@@ -134,14 +134,64 @@ def test_batched_sm_budget_is_observed(num_sms, schedule):
     _check(out, a, b)
 
 
-def test_batched_unaligned_operands_are_never_staged(device):
-    """Staging copies 2-D operands only: a batched product (even of one matrix) with unaligned rows reads them in
-    place, whatever the override says."""
-    a = randn((1, 144, 65), torch.float16, device).transpose(1, 2).contiguous().transpose(1, 2)  # row stride 144
-    b = randn((1, 65, 3), torch.float16, device)
+def _unaligned_batches(device):
+    """(name, a, b) batched operands of which at least one has rows that break 16-byte alignment, in the layouts
+    `_launch.stage` folds into one 2-D copy."""
+    f16 = torch.float16
+    return [
+        ("odd-k", randn((3, 20, 37), f16, device), randn((3, 37, 24), f16, device)),
+        ("odd-k-b-transposed", randn((3, 20, 37), f16, device), randn((3, 24, 37), f16, device).transpose(1, 2)),
+        ("odd-n", randn((3, 20, 32), f16, device), randn((3, 32, 41), f16, device)),
+        ("batch-inside-rows", randn((20, 3, 37), f16, device).transpose(0, 1), randn((3, 37, 24), f16, device)),
+        ("broadcast-a", randn((1, 20, 37), f16, device).expand(3, 20, 37), randn((3, 37, 24), f16, device)),
+        ("sliced", randn((3, 20, 40), f16, device)[:, :, :37], randn((3, 37, 24), f16, device)),
+        ("one-matrix", randn((1, 144, 65), f16, device).transpose(1, 2).contiguous().transpose(1, 2),
+         randn((1, 65, 3), f16, device)),
+    ]
+
+
+@pytest.mark.parametrize("stage_them", [True, False])
+def test_batched_unaligned_operands_staged_or_not(device, stage_them, monkeypatch):
+    """Batched operands with unaligned rows are copied into aligned buffers in one launch (`_launch.stage`) where
+    the planner says so (here forced), or read in place; right either way, with and without a C matrix."""
+    import smgemm._launch as L
+
+    copies = []
+    monkeypatch.setattr(L, "stage", lambda tensors, budget, stage=L.stage: copies.append(len(tensors)) or
+                        stage(tensors, budget))
+    with smgemm.plan.overrides(stage=stage_them):
+        for name, a, b in _unaligned_batches(device):
+            copies.clear()
+            _check(smgemm.bmm(a, b, num_sms=3), a, b)
+            assert bool(copies) == stage_them, name
+            c = randn((a.shape[0], a.shape[1], b.shape[2]), torch.float16, device)
+            _check(smgemm.baddbmm(c, a, b, beta=0.5, alpha=2.0), a, b, alpha=2.0, beta=0.5, c=c)
+
+
+def test_stage_copies_batched_operands_exactly(device):
+    """`_launch.stage` on batched operands: each copy has its tensor's shape and values, 16-element rows and a
+    16-byte aligned batch stride (0 for a broadcast batch)."""
+    from smgemm._launch import row_alignment, stage
+
+    for name, a, b in _unaligned_batches(device):
+        for t in (a, b):
+            (copy,) = stage([t], budget=2)
+            assert copy.shape == t.shape and torch.equal(copy, t), name
+            assert row_alignment(copy[0]) == 16, name
+            assert copy.stride(0) * copy.element_size() % 16 == 0 and (copy.stride(0) == 0) == (t.stride(0) == 0), name
+
+
+def test_batched_operands_that_do_not_fold_are_read_in_place(device):
+    """A batched operand whose batch and row strides do not nest (no 2-D view holds its rows) is never staged: the
+    planner is not told its alignment (`_launch.operand_alignment` is None), and the product reads it in place."""
+    from smgemm._launch import operand_alignment
+
+    flat = randn((2000,), torch.float16, device)
+    a = flat.as_strided((3, 20, 37), (7, 41, 1))  # matrices 7 apart, rows 41 apart: they interleave
+    b = randn((3, 37, 24), torch.float16, device)
+    assert operand_alignment(a, 1) is None
     with smgemm.plan.overrides(stage=True):
-        out = smgemm.bmm(a, b, num_sms=1)
-    _check(out, a, b)
+        _check(smgemm.bmm(a, b, num_sms=2), a, b)
 
 
 @pytest.mark.gpu

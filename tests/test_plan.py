@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import smgemm
 from smgemm._device import INTERPRETER_SPEC, DeviceSpec
 from smgemm.plan import (
     _MX_KWORDS_ROWS_FILL,
@@ -202,13 +203,57 @@ def test_programs_share_l2_bandwidth_in_proportion_to_how_many_run():
 
 def test_a_half_empty_grid_of_small_tiles_can_beat_streamk():
     # Measured on the H200 (docs/performance.md): 96 tiles of 128 x 64 on 96 SMs ran 291 TFLOP/s where the
-    # Stream-K plan over 132 SMs ran 248, and 64 x 8192 x 8192 ran faster on 128 persistent 64 x 64 tiles than split.
+    # Stream-K plan over 132 SMs ran 248 (64 x 128 tiles, which win the model's tie, faster still), and 64 x 8192 x
+    # 8192 ran faster on 128 persistent 64 x 64 tiles than split.
     plan = make_plan(128, 6144, 4096, torch.bfloat16, H200)
-    assert (plan.schedule, plan.config.block_m, plan.config.block_n, plan.num_programs) == ("persistent", 128, 64, 96)
+    assert (plan.schedule, plan.config.block_m, plan.config.block_n, plan.num_programs) == ("persistent", 64, 128, 96)
     plan = make_plan(64, 8192, 8192, torch.bfloat16, H200)
     assert (plan.schedule, plan.config.block_m, plan.config.block_n, plan.num_programs) == ("persistent", 64, 64, 128)
     # Few tiles and a long K loop still split (the 256 x 1024 x 16384 Stream-K row: 2.6x over data-parallel).
     assert make_plan(256, 1024, 16384, torch.bfloat16, H200).schedule == "streamk"
+
+
+@pytest.mark.parametrize(("dtype", "tf32", "m", "n", "k", "tile"), [
+    (torch.bfloat16, False, 1024, 1024, 1024, (64, 128)), (torch.bfloat16, False, 128, 8192, 8192, (64, 128)),
+    (torch.float16, False, 1024, 1024, 1024, (64, 128)), (torch.float32, True, 128, 8192, 8192, (64, 128)),
+    (torch.float8_e4m3fn, False, 128, 8192, 8192, (64, 128)), (torch.float8_e4m3fn, False, 2625, 353, 1856, (128, 64)),
+    (torch.float32, False, 1024, 1024, 1024, (128, 64))])
+def test_equal_4_warp_tiles_go_to_the_measured_faster(dtype, tf32, m, n, k, tile):
+    """Where the model rates 128 x 64 and 64 x 128 the same, plans take the one measured faster there: 64 x 128 on
+    tensor cores, except fp8 above M = 128; 128 x 64 for those and on FMA (fp32 without TF32) (plan._CANDIDATE_TILES,
+    _TALL_FIRST; benchmarks/sweep_tile_order.py)."""
+    plan = make_plan(m, n, k, dtype, H200, tf32=tf32)
+    assert (plan.config.block_m, plan.config.block_n) == tile
+
+
+def test_batched_tiles_with_a_c_matrix_keep_short_k_steps():
+    """Batched 128 x 128 tiles take 256-byte K steps with 3 stages, but not when the call adds a C matrix, whose
+    epilogue needs the third stage's shared memory: then 128-byte steps with 4 stages (plan._LONG_STEP_BYTES)."""
+    for b, m, n, k in [(8, 200, 1024, 4096), (8, 4096, 128, 4096)]:
+        plain = make_plan(m, n, k, torch.bfloat16, H200, batch=b)
+        with_c = make_plan(m, n, k, torch.bfloat16, H200, batch=b, c_matrix=True)
+        assert (plain.config.block_m, plain.config.block_n, plain.config.block_k) == (128, 128, 128)
+        assert (with_c.config.block_m, with_c.config.block_n) == (128, 128)
+        assert (with_c.config.block_k, with_c.config.num_stages) == (64, 4)
+    # single products never took the long steps, with or without C
+    assert make_plan(1024, 6144, 4096, torch.bfloat16, H200, c_matrix=True) == make_plan(1024, 6144, 4096,
+                                                                                          torch.bfloat16, H200)
+
+
+def test_the_planner_is_told_of_a_c_matrix(device, monkeypatch):
+    """`gemm` plans with `c_matrix` where C has rows of its own (a matrix, batched or not), not for a bias row."""
+    import smgemm._gemm as G
+
+    seen = []
+    monkeypatch.setattr(G, "decide", lambda *a, decide=G.decide, **kw: seen.append(kw["c_matrix"]) or decide(*a, **kw))
+    f16 = torch.float16
+    a, b = torch.randn(2, 8, 16, device=device).to(f16), torch.randn(2, 16, 8, device=device).to(f16)
+    G._SEEN_CALLS.clear()
+    smgemm.baddbmm(torch.randn(2, 8, 8, device=device).to(f16), a, b)
+    smgemm.baddbmm(torch.randn(8, device=device).to(f16), a, b)
+    smgemm.addmm(torch.randn(8, 8, device=device).to(f16), a[0], b[0])
+    smgemm.addmm(torch.randn(8, device=device).to(f16), a[0], b[0])
+    assert seen == [True, False, True, False]
 
 
 def test_auto_keeps_full_waves_and_thin_splits_data_parallel():

@@ -93,9 +93,11 @@ def gemm(
 
     spec = device_spec(a.device)
     tuned = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) if config is None and not batched else None
+    operands = (operand_alignment(a, 1), operand_alignment(b, 0))
     plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
                   tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned, batch=batch,
-                  operands=None if batched else (operand_alignment(a, 1), operand_alignment(b, 0)))
+                  operands=None if None in operands else operands,
+                  c_matrix=c is not None and c.dim() >= 2 and c.stride(-2) != 0)
     ops = staged(plan, Operands(a, b, out, c, scale_a, scale_b, smid_out))
     ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(ops.a, ops.b, out, c, scale_a, scale_b))
     return _finish(key, plan, ops, ints, meta, alpha, beta)

@@ -4,6 +4,7 @@ specialisation (host time: a cached launch calls Triton's C launch function dire
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -173,10 +174,48 @@ def vector_elements(t: torch.Tensor, k_dim: int) -> int:
     return min(16, outer & -outer) if outer > 0 else 1
 
 
-def operand_alignment(t: torch.Tensor, k_dim: int) -> tuple[int, int, int]:
-    """(elements, `row_alignment`, `vector_elements`) of dense 2-D operand `t` whose K axis is `k_dim`: what the
-    planner weighs before it reads `t` in place (`plan.decide`'s `operands`)."""
-    return t.numel(), row_alignment(t), vector_elements(t, k_dim)
+def operand_alignment(t: torch.Tensor, k_dim: int) -> tuple[int, int, int] | None:
+    """(elements, `row_alignment`, `vector_elements`) of dense operand `t` whose K axis is `k_dim` in each matrix (1
+    for A [M, K], 0 for B [K, N]): what the planner weighs before it reads `t` in place (`plan.decide`'s `operands`).
+    A batched (3-D) operand counts its batch stride into both alignments and its distinct elements (a broadcast
+    batch, stride 0, holds one matrix); None where `stage` could not copy it (`_rows`)."""
+    if t.dim() == 2:
+        return t.numel(), row_alignment(t), vector_elements(t, k_dim)
+    if _rows(t) is None:
+        return None
+    first, step = t[0], t.stride(0)
+    rows, runs = row_alignment(first), vector_elements(first, k_dim)
+    if step == 0:
+        return first.numel(), rows, runs
+    return t.numel(), min(rows, step & -step), _batch_vector(runs, step)
+
+
+def _rows(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]] | None:
+    """A 2-D view of dense operand `t` (2-D, or 3-D batched) whose rows are its unit-stride runs, with the function
+    that gives a copy of `t` from a copy of that view (`stage`); None where there is no such view: no unit stride
+    in `t`'s matrices, or a 3-D `t` whose batch and outer matrix dims do not nest (a copy would need one launch per
+    matrix)."""
+    if t.dim() == 2:
+        column_major = t.stride(0) == 1 and t.stride(1) != 1
+        return (t.t(), torch.Tensor.t) if column_major else (t, lambda d: d)
+    if t.stride(0) == 0:  # one matrix, broadcast over the batch
+        inner = _rows(t[0])
+        if inner is None:
+            return None
+        view, rebuild = inner
+        return view, lambda d: rebuild(d).expand(t.shape)
+    unit = 2 if t.stride(2) == 1 else 1 if t.stride(1) == 1 else None
+    if unit is None:
+        return None
+    outer = sorted((0, 3 - unit), key=t.stride, reverse=True)
+    order = (*outer, unit)
+    try:
+        view = t.permute(order).view(-1, t.shape[unit])
+    except RuntimeError:  # the outer dims do not nest
+        return None
+    back = [order.index(d) for d in range(3)]
+    sizes = [t.shape[d] for d in outer]
+    return view, lambda d: d.view(*sizes, d.shape[1]).permute(back)
 
 
 def _batch_vector(vec: int, batch_stride: int) -> int:
@@ -192,18 +231,18 @@ _STAGE_CHIP = {"block_r": 32, "block_c": 256, "warps": 4}
 
 
 def stage(tensors: list[torch.Tensor], budget: int) -> list[torch.Tensor]:
-    """Copies of one or two 2-D `tensors` (on one device) whose rows are aligned to 16 elements (`row_alignment`; a
-    column-major tensor is copied column-major, the orientation the GEMM reads fastest), made in one launch on at
-    most `budget` SMs. Each copy is a view of exactly its tensor's shape into a buffer with padded rows, from
-    PyTorch's caching allocator on the current stream."""
+    """Copies of one or two dense operands `tensors` (2-D, or 3-D batched; on one device) whose rows are aligned to
+    16 elements (`row_alignment`), made in one launch on at most `budget` SMs. Each is copied as the 2-D view of its
+    unit-stride runs (`_rows`: a column-major matrix stays column-major, the orientation the GEMM reads fastest; a
+    batch folds into its rows; a broadcast batch is one matrix, broadcast again). Each copy is a view of exactly its
+    tensor's shape into a buffer with padded rows, from PyTorch's caching allocator on the current stream."""
     views, copies = [], []
     for t in tensors:
-        column_major = t.stride(0) == 1 and t.stride(1) != 1
-        src = t.t() if column_major else t
+        src, rebuild = _rows(t)
         rows, cols = src.shape
         dst = torch.empty(rows, -(-cols // 16) * 16, dtype=t.dtype, device=t.device)[:, :cols]
         views.append((src, dst))
-        copies.append(dst.t() if column_major else dst)
+        copies.append(rebuild(dst))
     device = tensors[0].device
     whole = budget >= device_spec(device).num_sms
     opts = _STAGE_CHIP if whole else _STAGE

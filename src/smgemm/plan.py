@@ -82,13 +82,25 @@ _CANDIDATE_TILES = (
     # 1-6% slower than those.
     (256, 128, 8),
     (128, 128, 8),
-    (128, 64, 4),
+    # 64 x 128 before 128 x 64: where the model rates them the same (the first wins a tie), 64 x 128 ran faster on
+    # each of the 80 bf16 problems whose pick it changed (the whole device and 32 and 66 SMs; the llm, square, mid and
+    # streamk suites and random draws 0-7): 0.73-0.99x the time, geometric means 0.89-0.93x; and on each of the 17 fp8
+    # ones up to M = 128 (256-deep K steps; the whole device and 66 SMs, draws 0-2): 0.55-0.96x
+    # (benchmarks/sweep_tile_order.py --dtype bf16 --num-sms ,32,66; --dtype fp8 --num-sms ,66 --seeds 3).
+    # `_TALL_FIRST` orders the others.
     (64, 128, 4),
+    (128, 64, 4),
     (64, 64, 4),
     (32, 64, 4),
     (16, 64, 4),
     (16, 32, 4),
 )
+# 128 x 64 before 64 x 128 for the fused MXFP4 kernel (`make_mx_plan`: the tiles it was measured with), and for fp32
+# without TF32 (FMA instructions, `_FMA_MAX_TILE`) and fp8 above M = 128 (128-deep K steps), where 64 x 128 ran level
+# or slower: fp32 0.98-1.05x the time on the first 34 of the 44 problems
+# whose pick the order changes (the whole device and 66 SMs, draws 0-5), fp8 1.02-1.11x on 11 of 13, 0.97 and 0.99x
+# on the other two (benchmarks/sweep_tile_order.py --dtype fp32 --num-sms ,66 --seeds 6; --dtype fp8 as above).
+_TALL_FIRST = tuple({(64, 128, 4): (128, 64, 4), (128, 64, 4): (64, 128, 4)}.get(t, t) for t in _CANDIDATE_TILES)
 _REFERENCE_INTENSITY = 128 * 256 / (128 + 256)
 _SMEM_RESERVE = 16 * 1024  # bytes kept free for the epilogue's layout conversions and barriers
 _SK_MIN_ITERS = 2  # fewest K-iterations per Stream-K program; thinner splits run data-parallel
@@ -177,6 +189,11 @@ _ONE_WAVE_MAX_K = 2560
 # 79.9 -> 76.7 (0.96 -> 0.99x and 0.94 -> 0.98x of torch.bmm), MoE-like 64 x 256 x {1408, 4096} x {4096, 1408} within
 # 1.5% either way. Single products were 1-5% slower with them (1024 x 6144 x 4096, 526 x 8991 x 1181), so they keep
 # 128-byte steps.
+# Products that add a C matrix keep 128-byte steps with 4 stages: the C tile's layout conversion takes the shared
+# memory of the third 256-byte stage, so Triton builds those with 2. On the H200 (benchmarks/sweep_configs.py,
+# batched shapes with a C matrix, "128x128x128 w8 s3 tma;128x128x64 w8 s4 tma") 8 x 200 x 1024 x 4096 ran 53.9 ->
+# 35.4 us, 8 x 4096 x 128 x 4096 120 -> 83.6 and 32 x 2048 x 128 x 2048 122 -> 91.0 (0.55 -> 0.83x, 0.69 -> 0.98x and
+# 0.77 -> 1.03x of torch.baddbmm; docs/performance.md).
 
 
 @dataclass(frozen=True)
@@ -416,6 +433,7 @@ def choose_config(
     batch: int = 1,
     wide_rows: bool = True,
     dense: bool = True,
+    c_matrix: bool = False,
 ) -> tuple[TileConfig, str, int]:
     """The tile configuration, schedule (one of `schedules`) and Stream-K split (`streamk_split`'s `waves`) the
     model above predicts fastest on `budget` SMs.
@@ -431,13 +449,16 @@ def choose_config(
     more fits in shared memory (`_MIN_ROWS_ABOVE_STREAMING`).
 
     `dense`: False for the fused kernel of an MXFP4 GEMM, which keeps the tiles it was measured with: no short K steps
-    (`_SHORT_STEP_BYTES`), and no 32-row Stream-K tiles above M = 64."""
+    (`_SHORT_STEP_BYTES`), and no 32-row Stream-K tiles above M = 64.
+
+    `c_matrix`: the call adds a C matrix (not a bias row), whose epilogue takes shared memory (`_LONG_STEP_BYTES`)."""
     elem = element_bytes(dtype)
     skinny = _STREAMING_MAX_M < m <= _SKINNY_MAX_M
     max_m, max_n = max(16, _next_pow2(m)), max(32, _next_pow2(n))
     one_row = one_row and m <= _ONE_ROW_MAX_M
     best, best_cost = None, math.inf
-    for bm, bn, warps in _CANDIDATE_TILES:
+    tall_first = fma or (elem == 1 and m > _SKINNY_MAX_M) or not dense
+    for bm, bn, warps in _TALL_FIRST if tall_first else _CANDIDATE_TILES:
         if bm > max_m or bn > max_n or (one_row and bm < max_m) or (fma and bm * bn > _FMA_MAX_TILE):
             continue
         thin = wide_rows and m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 \
@@ -456,7 +477,7 @@ def choose_config(
                                  else 1)
         if fma and bm * bn >= 64 * 64:
             block_k = 32  # 128-byte rows on FMA: 128 x 128 x 16 ran 11% slower
-        if batch > 1 and bm * bn == 128 * 128 and not fma:
+        if batch > 1 and bm * bn == 128 * 128 and not fma and not c_matrix:
             block_k = _LONG_STEP_BYTES // elem  # batched 128 x 128 tiles: see _LONG_STEP_BYTES
         block_k = min(block_k, max(min_block_k(dtype), _next_pow2(k)))
         if dense and elem == 2 and not fma and block_k * elem == 2 * _SHORT_STEP_BYTES and k <= _SHORT_STEP_MAX_K \
@@ -491,12 +512,12 @@ def choose_config(
                 best, best_cost = (chosen, schedule, waves), cost
     if best is None and wide_rows and m > _STREAMING_MAX_M:  # no 64-row tile fits (a small shared memory)
         return choose_config(m, n, k, dtype, spec, budget, schedules, one_row, fma, batch, wide_rows=False,
-                             dense=dense)
+                             dense=dense, c_matrix=c_matrix)
     if best is None and one_row:  # no tile of max_m rows fits (e.g. N < 64 for M = 17..32): any rows
         return choose_config(m, n, k, dtype, spec, budget, schedules, one_row=False, fma=fma, batch=batch,
-                             dense=dense)
+                             dense=dense, c_matrix=c_matrix)
     if best is None and schedules != ("persistent",):  # no tile gives Stream-K anything to split
-        return choose_config(m, n, k, dtype, spec, budget, fma=fma, batch=batch, dense=dense)
+        return choose_config(m, n, k, dtype, spec, budget, fma=fma, batch=batch, dense=dense, c_matrix=c_matrix)
     assert best is not None, "the smallest candidate tile always fits"
     cfg, schedule, waves = best
     if whole_store_fits(cfg, elem, spec):
@@ -846,13 +867,14 @@ def copy_time(plan: Plan, dtype: torch.dtype, spec: DeviceSpec, elements: int) -
     return rates.stage_fixed + 2 * elements * element_bytes(dtype) / rate
 
 
-def stage_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, elements: int) -> bool:
+def stage_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, elements: int,
+               batch: int = 1) -> bool:
     """Whether copying `elements` elements whose rows are not aligned as the plan's tile reads them fastest
     (`reads_at_full_speed`) into aligned buffers before the GEMM is predicted faster than the same tile reading them
     where they lie, which then runs `Rates.unaligned_slowdown` times its modelled time
     (`Rates.unaligned_decode_slowdown` with 16-row decode tiles). For a tile that `decide` may not change."""
     time = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
-                         spec.rates)
+                         spec.rates, batch)
     slowdown = spec.rates.unaligned_decode_slowdown if plan.config.block_m <= 16 else spec.rates.unaligned_slowdown
     return copy_time(plan, dtype, spec, elements) < time * (slowdown - 1)
 
@@ -894,9 +916,10 @@ def make_plan(
     config: TileConfig | None = None,
     batch: int = 1,
     dense: bool = True,
+    c_matrix: bool = False,
 ) -> Plan:
     """Plan an (m, n, k) GEMM with `dtype` operands on the device described by `spec` (`batch` of them in one
-    launch: their tiles share the schedule).
+    launch: their tiles share the schedule; `c_matrix`: it adds a C matrix, not a bias row).
 
     `num_sms` is the caller's SM budget (None, or the device's SM count or more: the whole device); `config`
     overrides the tile model (tests and tuning use it). The returned plan's grid never exceeds a budget below the
@@ -912,7 +935,8 @@ def make_plan(
         config, schedule, wanted = _OVERLAP_TILE, "data_parallel", ("persistent",)
     if config is None:
         cfg, chosen, sk_waves = choose_config(m, n, k, dtype, spec, budget, wanted,
-                                              fma=dtype == torch.float32 and not tf32, batch=batch, dense=dense)
+                                              fma=dtype == torch.float32 and not tf32, batch=batch, dense=dense,
+                                              c_matrix=c_matrix)
     else:
         cfg = config
         chosen, sk_waves = min(_candidates(wanted),
@@ -1014,13 +1038,14 @@ def decide(
     tuned: tuple[TileConfig, str] | None = None,
     batch: int = 1,
     operands: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None,
+    c_matrix: bool = False,
 ) -> Plan:
     """The plan of a GEMM call: the one place that weighs, in order, an `overrides` block, the caller's `config`,
     a tuning file's entry (`tuned`, for schedule "auto" and no config), the MXFP4 rules (`mxfp4`: an MXFP4 weight
     in byte layout `mx_layout`, `dtype` the dot's dtype, `mx_a`: MXFP4 activations) and the model, and then, given
     the dense `operands` A and B as (elements, row and K-run alignment in elements: `_launch.operand_alignment`),
     whether to copy those the tile cannot read at full speed (`reads_at_full_speed`) into aligned buffers first
-    (`stage_pays`)."""
+    (`stage_pays`). `c_matrix`: the call adds a C matrix, not a bias row (`choose_config`)."""
     if _OVERRIDES.rates is not None:
         spec = dataclasses.replace(spec, rates=_OVERRIDES.rates)
     config = _OVERRIDES.config or config
@@ -1033,7 +1058,8 @@ def decide(
     if mxfp4:
         return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config,
                             layout=mx_layout, a_mx=mx_a)
-    plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch)
+    plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch,
+                     c_matrix=c_matrix)
     if operands is None:
         return plan
     steps = steps_per_program(plan)
@@ -1057,7 +1083,7 @@ def decide(
         # A forced tile, 4-byte elements (which Triton still loads asynchronously) or a decode tile: the tile stays,
         # and the copy is weighed against the plan's slowdown when read in place
         if stage is None:
-            stage = stage_pays(plan, m, n, k, dtype, spec, sum(slow))
+            stage = stage_pays(plan, m, n, k, dtype, spec, sum(slow), batch)
         return staged if stage else plan
     # Otherwise reading in place takes the fastest of the 32-deep tiles (`INPLACE_CONFIGS`), persistent or, for a
     # single product on the whole device, Stream-K (`_INPLACE_SK_MAX_STEPS`, `Rates.inplace_sk_fixup_base`)

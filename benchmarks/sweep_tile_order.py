@@ -1,0 +1,82 @@
+"""Which of two equally modelled 4-warp tiles the planner should try first (GPU): the planner as it is against the
+planner with 128 x 64 and 64 x 128 the other way round in both its candidate orders (the first of a tie wins;
+`plan._CANDIDATE_TILES` and `plan._TALL_FIRST`), on every problem of
+the bench's llm, square, mid and streamk suites and random draws 0-7 whose pick the swap changes; each timed twice
+a side, alternating, the faster kept, with torch's time (unbudgeted) for reference. The measurement behind the order.
+
+    PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --num-sms ,32,66
+"""
+
+import argparse
+import math
+
+import torch
+
+import smgemm
+import smgemm._gemm
+import smgemm.plan as P
+from smgemm._device import device_spec
+from smgemm._launch import operand_alignment
+from smgemm.tools.bench import SUITES, _operands, _torch_mm, describe, random_shapes
+from smgemm.tools.timing import copies_for, rel_err, time_rotating
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", default="bf16", choices=P.DTYPES)
+    p.add_argument("--num-sms", default="", help="comma list of SM budgets; empty: the whole device")
+    p.add_argument("--seeds", type=int, default=8, help="random draws 0 .. seeds-1")
+    args = p.parse_args()
+    dtype, spec = P.DTYPES[args.dtype], device_spec(torch.device("cuda"))
+    ours = P._CANDIDATE_TILES, P._TALL_FIRST
+    orders = {"planner": ours, "swapped": ours[::-1]}
+
+    def use(name):
+        P._CANDIDATE_TILES, P._TALL_FIRST = orders[name]
+        P.make_plan.cache_clear()
+        smgemm._gemm._SEEN_CALLS.clear()
+
+    shapes = [(m, n, k, False) for name in ("llm", "square", "mid", "streamk") for m, n, k in SUITES[name]]
+    for seed in range(args.seeds):
+        shapes += random_shapes(seed)
+    budgets = [int(b) if b else None for b in args.num_sms.split(",")]
+    peer = _torch_mm(dtype)
+    ratios = {}
+    try:
+        for budget in budgets:
+            for m, n, k, odd in shapes:
+                sets = _operands(m, n, k, dtype, min(4, copies_for(m, n, k, dtype)), odd)
+                a, b = sets[0]
+                ops = (operand_alignment(a, 1), operand_alignment(b, 0))
+                plans = {}
+                for name in orders:
+                    use(name)
+                    plans[name] = describe(P.decide(m, n, k, dtype, spec, num_sms=budget, operands=ops))
+                if plans["planner"] == plans["swapped"]:
+                    continue
+                ref = a.float() @ b.float()
+                f = lambda x, y: smgemm.matmul(x, y, num_sms=budget)  # noqa: B023
+                us = {name: math.inf for name in orders}
+                for name in (*orders, *orders):
+                    use(name)
+                    assert rel_err(f(a, b), ref) < 2e-2, (m, n, k, name)
+                    us[name] = min(us[name], time_rotating(f, sets) * 1e3)
+                ratio = us["swapped"] / us["planner"]
+                ratios.setdefault(budget, []).append(ratio)
+                try:
+                    torch_us = f"{time_rotating(peer, sets) * 1e3:8.2f}"
+                except RuntimeError:  # torch._scaled_mm takes no K or N that is not a multiple of 16
+                    torch_us = "     n/a"
+                print(f"{budget or 'all':>4} {m}x{n}x{k}{'u' if odd else ''}: planner {us['planner']:8.2f} us, swapped "
+                      f"{us['swapped']:8.2f} ({ratio:.3f}), torch {torch_us}; {plans['planner']} -> {plans['swapped']}",
+                      flush=True)
+    finally:
+        use("planner")
+    for budget, r in ratios.items():
+        mean = math.exp(sum(map(math.log, r)) / len(r))
+        print(f"budget {budget or 'all'}: {len(r)} picks change; swapped / planner time: geometric mean {mean:.3f}, "
+              f"{min(r):.3f}-{max(r):.3f}")
+
+
+if __name__ == "__main__":
+    main()
