@@ -18,7 +18,7 @@ import smgemm.plan as P
 from smgemm._device import device_spec
 from smgemm._launch import operand_alignment
 from smgemm.tools.bench import SUITES, _operands, _torch_mm, describe, random_shapes
-from smgemm.tools.timing import copies_for, rel_err, time_rotating
+from smgemm.tools.timing import copies_for, environment, rel_err, time_rotating
 
 
 def main():
@@ -27,6 +27,7 @@ def main():
     p.add_argument("--num-sms", default="", help="comma list of SM budgets; empty: the whole device")
     p.add_argument("--seeds", type=int, default=8, help="random draws 0 .. seeds-1")
     args = p.parse_args()
+    print(environment())
     dtype, spec = P.DTYPES[args.dtype], device_spec(torch.device("cuda"))
     ours = P._CANDIDATE_TILES, P._TALL_FIRST
     orders = {"planner": ours, "swapped": ours[::-1]}
