@@ -191,10 +191,10 @@ def operand_alignment(t: torch.Tensor, k_dim: int) -> tuple[int, int, int] | Non
 
 
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]] | None:
-    """A 2-D view of dense operand `t` (2-D, or 3-D batched) whose rows are its unit-stride runs, with the function
-    that gives a copy of `t` from a copy of that view (`stage`); None where there is no such view: no unit stride
-    in `t`'s matrices, or a 3-D `t` whose batch and outer matrix dims do not nest (a copy would need one launch per
-    matrix)."""
+    """A 2-D view of dense operand `t` (2-D, or 3-D batched) whose rows are its unit-stride runs (a 2-D `t` without
+    one: `t` itself), with the function that gives a copy of `t` from a copy of that view (`stage`); None for a 3-D
+    `t` with no such view: no unit stride in its matrices, or batch and outer matrix dims that do not nest (a copy
+    would need one launch per matrix)."""
     if t.dim() == 2:
         column_major = t.stride(0) == 1 and t.stride(1) != 1
         return (t.t(), torch.Tensor.t) if column_major else (t, lambda d: d)
