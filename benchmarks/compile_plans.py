@@ -60,7 +60,8 @@ def _dense(m, n, k, dtype, budget, schedule, align, layout, has_c, batch, out=No
     tf32 = dtype == torch.float32 and budget != 16  # fp32 both ways: TF32, and full precision on 16 SMs
     aligned = align == 16
     plan = decide(m, n, k, dtype, H200, schedule=schedule, num_sms=budget, tf32=tf32, batch=batch,
-                  operands=None if batch > 1 else ((m * k, align, align), (k * n, align, align)))
+                  operands=None if batch > 1 else ((m * k, align, align), (k * n, align, align)),
+                  c_matrix=has_c == "matrix")
     cfg = plan.config
     staged = plan.stage_a or plan.stage_b
     in_place = not aligned and not staged
