@@ -24,9 +24,10 @@ import torch
 import smgemm._gemm
 import smgemm._launch
 import smgemm.plan
-from smgemm._device import device_spec
+from smgemm._device import device_spec, tf32_enabled
 from smgemm._gemm import gemm
-from smgemm.plan import DTYPES, TileConfig, make_plan
+from smgemm._launch import operand_alignment
+from smgemm.plan import DTYPES, TileConfig, decide
 from smgemm.tools.bench import _operands, describe
 from smgemm.tools.timing import copies_for, graph_rotating, table, time_rotating
 
@@ -85,6 +86,14 @@ def plan_for_programs_per_sm(times: int):
     spec = dataclasses.replace(spec, num_sms=spec.num_sms * times)
     smgemm._gemm.device_spec = lambda device: spec
     return spec
+
+
+def planned_for(a: torch.Tensor, b: torch.Tensor, with_c: bool, spec, num_sms: int | None):
+    """The plan `gemm` makes for a @ b (2-D or batched) with a C matrix or none: staging included."""
+    *batch, m, k = a.shape
+    ops = (operand_alignment(a, 1), operand_alignment(b, 0))  # K's axis in each matrix
+    return decide(m, b.shape[-1], k, a.dtype, spec, num_sms=num_sms, tf32=a.dtype == torch.float32 and tf32_enabled(),
+                  batch=batch[0] if batch else 1, operands=None if None in ops else ops, c_matrix=with_c)
 
 
 def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms: float) -> list[dict]:
@@ -165,8 +174,7 @@ def main():
             fn = lambda x, y, *z: gemm(x, y, c=z[0] if z else None, num_sms=args.num_sms, **kw)
             return ((fn(a, b, *c).float() - ref).norm() / ref.norm()).item(), timer(fn, sets)
 
-        planned = describe(make_plan(m, n, k, dtype, spec, num_sms=args.num_sms, batch=batch, c_matrix=with_c)) + \
-            " (planner)"
+        planned = f"{describe(planned_for(a, b, with_c, spec, args.num_sms))} (planner)"
         rows += sweep_shape(shape, 2 * batch * m * n * k, planned, args.variants, run, t_torch)
     report(rows)
 
