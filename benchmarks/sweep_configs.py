@@ -26,7 +26,7 @@ import smgemm._launch
 import smgemm.plan
 from smgemm._device import device_spec, tf32_enabled
 from smgemm._gemm import gemm
-from smgemm._launch import operand_alignment
+from smgemm._launch import operands_alignment
 from smgemm.plan import DTYPES, TileConfig, decide
 from smgemm.tools.bench import _operands, describe
 from smgemm.tools.timing import copies_for, graph_rotating, table, time_rotating
@@ -91,9 +91,8 @@ def plan_for_programs_per_sm(times: int):
 def planned_for(a: torch.Tensor, b: torch.Tensor, with_c: bool, spec, num_sms: int | None):
     """The plan `gemm` makes for a @ b (2-D or batched) with a C matrix or none: staging included."""
     *batch, m, k = a.shape
-    ops = (operand_alignment(a, 1), operand_alignment(b, 0))  # K's axis in each matrix
     return decide(m, b.shape[-1], k, a.dtype, spec, num_sms=num_sms, tf32=a.dtype == torch.float32 and tf32_enabled(),
-                  batch=batch[0] if batch else 1, operands=None if None in ops else ops, c_matrix=with_c)
+                  batch=batch[0] if batch else 1, operands=operands_alignment(a, b), c_matrix=with_c)
 
 
 def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms: float) -> list[dict]:

@@ -16,7 +16,7 @@ import smgemm
 import smgemm._gemm
 import smgemm.plan as P
 from smgemm._device import device_spec
-from smgemm._launch import operand_alignment
+from smgemm._launch import operands_alignment
 from smgemm.tools.bench import SUITES, _operands, _torch_mm, describe, random_shapes
 from smgemm.tools.timing import copies_for, environment, rel_err, time_rotating
 
@@ -48,7 +48,7 @@ def main():
             for m, n, k, odd in shapes:
                 sets = _operands(m, n, k, dtype, min(4, copies_for(m, n, k, dtype)), odd)
                 a, b = sets[0]
-                ops = (operand_alignment(a, 1), operand_alignment(b, 0))
+                ops = operands_alignment(a, b)
                 plans = {}
                 for name in orders:
                     use(name)

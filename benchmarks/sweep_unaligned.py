@@ -19,7 +19,7 @@ import torch
 
 import smgemm
 from smgemm._device import device_spec
-from smgemm._launch import operand_alignment, stage
+from smgemm._launch import operands_alignment, stage
 from smgemm.plan import INPLACE_CONFIGS, decide, inplace_time, modelled_time
 from smgemm.tools.bench import _operands
 from smgemm.tools.timing import copies_for, environment, shape_list, table, time_rotating
@@ -68,8 +68,7 @@ def main():
             programs = spec.num_sms if num_sms is None else num_sms
             t_copy = time_rotating(_copies(programs), sets)
             a, b = sets[0]
-            plan = decide(m, n, k, dtype, spec, num_sms=num_sms, operands=(operand_alignment(a, 1),
-                                                                              operand_alignment(b, 0)))
+            plan = decide(m, n, k, dtype, spec, num_sms=num_sms, operands=operands_alignment(a, b))
             model = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes,
                                   plan.sk_waves, spec.rates)
             if args.inplace:

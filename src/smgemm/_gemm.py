@@ -26,7 +26,7 @@ from ._checks import (
     resolve_neg,
 )
 from ._device import device_spec, tf32_enabled
-from ._launch import Operands, Repeat, launch, operand_alignment, run_cached, staged, static_args, tensor_args
+from ._launch import Operands, Repeat, launch, operands_alignment, run_cached, staged, static_args, tensor_args
 from .kernels.mx_expand import mx_expand_kernel
 from .mxfp4 import MXFP4Tensor
 from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, resolve_budget, whole_device
@@ -93,10 +93,9 @@ def gemm(
 
     spec = device_spec(a.device)
     tuned = lookup(spec, m, n, k, a.dtype, resolve_budget(num_sms, spec)) if config is None and not batched else None
-    operands = (operand_alignment(a, 1), operand_alignment(b, 0))
     plan = decide(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms,
                   tf32=a.dtype == torch.float32 and tf32_enabled(), config=config, tuned=tuned, batch=batch,
-                  operands=None if None in operands else operands,
+                  operands=operands_alignment(a, b),
                   c_matrix=c is not None and c.dim() >= 2 and c.stride(-2) != 0)
     ops = staged(plan, Operands(a, b, out, c, scale_a, scale_b, smid_out))
     ints, meta = static_args(plan, ops, stride_sa, stride_sb, needs_int64(ops.a, ops.b, out, c, scale_a, scale_b))

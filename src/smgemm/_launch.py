@@ -190,6 +190,13 @@ def operand_alignment(t: torch.Tensor, k_dim: int) -> tuple[int, int, int] | Non
     return t.numel(), min(rows, step & -step), _batch_vector(runs, step)
 
 
+def operands_alignment(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """A [.., M, K] and B [.., K, N] as `plan.decide` takes them (`operands`): each one's `operand_alignment`, or None
+    where either could not be copied (the planner then leaves both where they lie)."""
+    ops = (operand_alignment(a, 1), operand_alignment(b, 0))
+    return None if None in ops else ops
+
+
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]] | None:
     """A 2-D view of dense operand `t` (2-D, or 3-D batched) whose rows are its unit-stride runs (a 2-D `t` without
     one: `t` itself), with the function that gives a copy of `t` from a copy of that view (`stage`); None for a 3-D

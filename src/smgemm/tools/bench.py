@@ -19,7 +19,7 @@ import torch
 import smgemm
 
 from .._device import INTERPRETER_SPEC, device_spec, tf32_enabled
-from .._launch import operand_alignment
+from .._launch import operands_alignment
 from ..mxfp4 import LAYOUTS
 from ..plan import DTYPES, decide, make_mx_plan, make_plan, mx_expands
 from .model import model_rows
@@ -131,7 +131,7 @@ def bench_full_chip(
         t_peer = time_rotating(peer, sets)
         flop = 2 * m * n * k
         # the alignment of the operands' rows, in elements (16: what every kernel reads at full speed)
-        operands = tuple(operand_alignment(t, k_dim) for t, k_dim in zip(sets[0], (1, 0)))
+        operands = operands_alignment(*sets[0])
         row: dict[str, object] = {"M": m, "N": n, "K": k, "align": min(align for _, align, _ in operands)}
         err = 0.0
         timed = {}  # plan -> seconds: a schedule that resolves to a plan already timed is that same kernel
