@@ -96,6 +96,7 @@ def test_importing_the_library_imports_no_tool():
     (["bench", "--dtype", "bf17"], 2),
     (["bench", "--suite", "nope"], 2),
     (["bench", "--num-sms", "0"], 2),
+    (["bench", "--batched-num-sms", "64,x"], 2),
     (["bench", "--schedules", "fast"], 2),
     (["bench", "overlap", "--gemm", "8x8"], 2),
     (["tune", "--shapes", "12x3", "--out", "x.json"], 2),
@@ -115,6 +116,8 @@ def test_cli_subcommands_parse():
     p = cli.parser()
     args = p.parse_args(["bench", "--dtype", "bf16,fp8", "--num-sms", "16,132"])
     assert args.dtype == ["bf16", "fp8"] and args.num_sms == [16, 132] and args.run.__module__.endswith("bench")
+    assert args.batched_num_sms == [64]
+    assert p.parse_args(["bench", "--batched", "--batched-num-sms", "32,100"]).batched_num_sms == [32, 100]
     args = p.parse_args(["bench", "overlap", "--gemm", "1024x2048x512"])
     assert args.gemm == (1024, 2048, 512) and args.run.__module__.endswith("overlap")
     args = p.parse_args(["bench", "tp", "--world", "2"])

@@ -628,7 +628,17 @@ def test_mxfp4_hopper_layout_plans():
 
 def test_batched_tiles_of_one_column():
     """Batched products with N <= 128: 256 x 128 tiles (4 stages) under an SM budget, 128 x 128 tiles with 256-byte
-    K steps on the whole device; a single product never takes 256 x 128 tiles (measured only batched)."""
+    K steps on the whole device; a single product never takes 256 x 128 tiles (measured only batched). Wider batched
+    products under a budget take them where N leaves half a 256-wide tile (fewer tile rounds than 128 x 256), and
+    128 x 256 tiles otherwise."""
+    for budget in (32, 64):
+        cfg = make_plan(256, 1408, 4096, torch.bfloat16, H200, batch=64, num_sms=budget).config
+        assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages) == (256, 128, 8, 4)
+        for m, n, k, batch in ((2048, 2048, 2048, 8), (256, 4096, 1408, 64), (2048, 2048, 128, 32)):
+            cfg = make_plan(m, n, k, torch.bfloat16, H200, batch=batch, num_sms=budget).config
+            assert (cfg.block_m, cfg.block_n) == (128, 256), (m, n, k, budget, cfg)
+    cfg = make_plan(256, 1408, 4096, torch.bfloat16, H200, batch=64).config
+    assert (cfg.block_m, cfg.block_n) == (128, 256)
     cfg = make_plan(4096, 128, 4096, torch.bfloat16, H200, batch=8, num_sms=64).config
     assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages) == (256, 128, 8, 4)
     cfg = make_plan(4096, 128, 4096, torch.bfloat16, H200, batch=8).config
@@ -638,6 +648,20 @@ def test_batched_tiles_of_one_column():
             cfg = make_plan(m, n, k, torch.bfloat16, H200, num_sms=budget).config
             assert (cfg.block_m, cfg.block_n) != (256, 128)
         assert make_plan(2048, 256, 2048, torch.bfloat16, H200, batch=8, num_sms=budget).config.block_m <= 128
+
+
+def test_batched_128_by_256_tiles_take_four_stages_from_k_256():
+    """Batched 16-bit products on 128 x 256 tiles: 4 stages (output tiles stored in halves) from K = 256
+    (plan._BATCHED_DEEP_MIN_K), 3 stages and whole stores below it, with a C matrix, for fp32 and single products."""
+    for k in (256, 1408, 4096):
+        for dtype in (torch.bfloat16, torch.float16):
+            cfg = make_plan(256, 4096, k, dtype, H200, batch=64).config
+            assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_stages, cfg.whole_store) == (128, 256, 64, 4, False)
+    for m, n, k, batch, kw in ((2048, 2048, 128, 32, {}), (256, 4096, 4096, 64, {"c_matrix": True}),
+                               (256, 4096, 4096, 64, {"tf32": True}), (4096, 4096, 4096, 1, {})):
+        dtype = torch.float32 if kw.get("tf32") else torch.bfloat16
+        cfg = make_plan(m, n, k, dtype, H200, batch=batch, **kw).config
+        assert (cfg.block_m, cfg.block_n, cfg.num_stages) == (128, 256, 3), (m, n, k, batch, kw, cfg)
 
 
 def test_hopper_tiles_store_whole_where_the_output_tile_fits_beside_the_pipeline():

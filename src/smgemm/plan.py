@@ -76,10 +76,14 @@ OUTPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # (BLOCK_M, BLOCK_N, num_warps), largest first.
 _CANDIDATE_TILES = (
     (128, 256, 8),
-    # Batched products of one tile column (N <= 128) under an SM budget only, with 4 stages: on the H200 (python -m
-    # smgemm bench --batched, both sides in one 64-SM green context) 32 x 2048 x 128 x 2048 ran 0.96 -> 1.17x of
-    # torch.bmm and 8 x 4096 x 128 x 4096 0.78 -> 0.96x against 128 x 128 x 128 tiles; on the whole chip they were
-    # 1-6% slower than those.
+    # Batched products under an SM budget only, with 4 stages. On the H200 (python -m smgemm bench --batched, both
+    # sides in one 64-SM green context) 32 x 2048 x 128 x 2048 ran 0.96 -> 1.17x of torch.bmm and 8 x 4096 x 128 x 4096
+    # 0.78 -> 0.96x against 128 x 128 x 128 tiles. After 128 x 256 they win only where the model counts fewer tile
+    # rounds, i.e. where N leaves half a 256-wide tile: 64 x 256 x 1408 x 4096 ran 0.90 -> 0.98x on 32 SMs and 0.93 ->
+    # 1.02x on 64, 64 x 512 x 1408 x 2048 0.92 -> 1.00x and 0.94 -> 1.03x, 8 x 2048 x 1408 x 1408 0.85 -> 0.90x and
+    # 0.87 -> 0.93x, each against torch.bmm in the same green context (the 4 stages of _BATCHED_DEEP_MIN_K included;
+    # the batched table of docs/performance.md). On the whole chip they were 1-6% slower than 128 x 128 x 128 tiles
+    # on N <= 128, and 6-10% slower than 128 x 256 ones on single products (4096^3, 8192^3).
     (256, 128, 8),
     (128, 128, 8),
     # 64 x 128 before 128 x 64: where the model rates them the same (the first wins a tie), 64 x 128 ran faster on
@@ -194,6 +198,15 @@ _ONE_WAVE_MAX_K = 2560
 # batched shapes with a C matrix, "128x128x128 w8 s3 tma;128x128x64 w8 s4 tma") 8 x 200 x 1024 x 4096 ran 53.9 ->
 # 35.4 us, 8 x 4096 x 128 x 4096 120 -> 83.6 and 32 x 2048 x 128 x 2048 122 -> 91.0 (0.55 -> 0.83x, 0.69 -> 0.98x and
 # 0.77 -> 1.03x of torch.baddbmm; docs/performance.md).
+
+# Batched 16-bit products of 128 x 256 tiles with K of at least this (and no C matrix, whose layout conversion takes
+# the shared memory) take 4 stages, their output tile then leaving in two halves (`whole_store_fits`): on the H200
+# (benchmarks/sweep_configs.py, "128x256x64 w8 s3 tma whole;128x256x64 w8 s4 tma", one run) 64 x 256 x 1408 x 4096
+# ran 284 -> 274 us, 64 x 256 x 4096 x 1408 296 -> 273, 64 x 256 x 4096 x 512 136 -> 123, 16 x 1024 x 1024 x 256
+# 26.8 -> 25.5 and x 1024 56.0 -> 54.2, 8 x 2048 x 2048 x 512 63.4 -> 61.0; on 64 SMs 40.8 -> 41.5 at K = 256 and
+# 1.5-4.5% faster from K = 512. At K = 128 (two steps) the whole store pays more: 32 x 2048 x 2048 x 128 94.9 us
+# with 3 stages, 104 with 4. Single products ran level (1024 x 4096 x 4096 48.3 / 48.4 us, 8192^3 1.53 / 1.54 ms).
+_BATCHED_DEEP_MIN_K = 256
 
 
 @dataclass(frozen=True)
@@ -465,7 +478,7 @@ def choose_config(
             and not fma  # only dense Stream-K plans take these tiles (see _MIN_ROWS_ABOVE_STREAMING)
         if skinny and bm * bn == 128 * 128 and not fma:
             continue
-        if (bm, bn) == (256, 128) and (batch == 1 or n > bn or fma or budget >= spec.num_sms):
+        if (bm, bn) == (256, 128) and (batch == 1 or fma or budget >= spec.num_sms):
             continue  # 256 x 128: see _CANDIDATE_TILES
         largest = bm * bn >= 128 * 256
         if skinny and largest and math.ceil(m / bm) * math.ceil(n / bn) < 0.8 * budget:
@@ -485,7 +498,8 @@ def choose_config(
             block_k = _SHORT_STEP_BYTES // elem  # see _SHORT_STEP_BYTES
         stage_bytes = (bm + bn) * block_k * elem
         fit = (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes
-        stages = min(3 if largest and bn > bm else 4, fit)
+        long_batched = batch > 1 and elem == 2 and not c_matrix and k >= _BATCHED_DEEP_MIN_K  # see _BATCHED_DEEP_MIN_K
+        stages = min(3 if largest and bn > bm and not long_batched else 4, fit)
         if stages < 2:
             continue
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma

@@ -45,7 +45,7 @@ LLAMA_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 81
 SUITES = {
     "quick": [(4096, 4096, 4096), (8192, 8192, 8192), (16, 4096, 4096), (128, 14336, 4096)],
     "square": [(s, s, s) for s in (1024, 2048, 4096, 8192)],
-    "llm": [(m, n, k) for m in (16, 128, 1024, 4096, 8192) for n, k in LLAMA_NK],
+    "llm": [(m, n, k) for m in (16, 128, 512, 1024, 2048, 4096, 8192) for n, k in LLAMA_NK],
     # Batched decode between the llm suite's M = 16 and 128: the planner's one-row and long-K-step rules.
     "mid": [(m, n, k) for m in (32, 64) for n, k in LLAMA_NK],
     # Few tiles or a ragged last wave on 132 SMs (128 x 256 tiles): where Stream-K should pay.
@@ -290,9 +290,10 @@ def bench_mxfp4(shapes: list[tuple[int, int, int]], both: bool = False,
     return rows
 
 
-# (batch, M, N, K): attention-like (scores, then scores @ V) and MoE-like (an expert's tokens through its projection)
+# (batch, M, N, K): attention-like (scores, then scores @ V), MoE-like (an expert's tokens through its projection;
+# N = 1408 leaves half a 256-wide tile) and a square batch
 BATCHED = [(32, 2048, 2048, 128), (32, 2048, 128, 2048), (8, 4096, 128, 4096), (64, 256, 1408, 4096),
-           (64, 256, 4096, 1408)]
+           (64, 256, 4096, 1408), (64, 512, 1408, 2048), (8, 2048, 1408, 1408), (16, 1024, 1024, 1024)]
 
 
 def bench_batched(shapes: list[tuple[int, int, int, int]], dtype: torch.dtype, budgets: list[int | None]) -> list:
@@ -412,7 +413,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epilogue", action="store_true",
                    help="also linear with a bias and addmm with a C matrix vs torch, per --dtype")
     p.add_argument("--batched", action="store_true",
-                   help="also smgemm.bmm vs torch.bmm (attention- and MoE-like shapes; full chip, and both on 64 SMs)")
+                   help="also smgemm.bmm vs torch.bmm (attention- and MoE-like shapes; full chip, and both on the SMs "
+                        "of --batched-num-sms)")
+    p.add_argument("--batched-num-sms", default=[64], type=int_list,
+                   help="budgets for the batched table, each in a green context of that many SMs ('' : full chip only)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -469,7 +473,7 @@ def run(args: argparse.Namespace) -> int:
         for name in args.dtype or ["bf16"]:
             if name in ("bf16", "fp16"):
                 print(f"\n## {name}: batched, smgemm.bmm vs torch.bmm (both in a green context under a budget)")
-                print(table(bench_batched(BATCHED, DTYPES[name], [None, 64])))
+                print(table(bench_batched(BATCHED, DTYPES[name], [None, *args.batched_num_sms])))
     if not args.no_overhead:
         print("\n## host overhead of a cached call (16x64x64 bf16, no sync)")
         print(table(host_overhead()))
