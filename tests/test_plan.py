@@ -125,11 +125,12 @@ def test_streamk_grid_aligned_to_tiles(tiles, k_iters, budget, programs):
     ((512, 512, 32768), None, torch.bfloat16, ((64, 128, 64), 6, 128)),
     ((256, 1024, 16384), None, torch.float16, ((64, 128, 64), 6, 128)),
     ((256, 2048, 8192), None, torch.bfloat16, ((64, 128, 64), 6, 128)),
-    # Where 128 x 128 tiles measured faster: fewer parts per tile, a budget, or 64 x 128 tiles not aligned.
+    # Where 128 x 128 tiles measured faster: fewer parts per tile, a budget, or 64 x 128 tiles not aligned (on the
+    # whole device with 5 stages, plan._SQUARE_DEEP_STAGES).
     ((512, 512, 32768), 66, torch.bfloat16, ((128, 128, 64), 4, 64)),
-    ((1024, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 128)),
-    ((384, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 120)),
-    ((768, 768, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 132)),
+    ((1024, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 5, 128)),
+    ((384, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 5, 120)),
+    ((768, 768, 16384), None, torch.bfloat16, ((128, 128, 64), 5, 132)),
     # fp8: 128-byte K steps of 128 elements (measured 14-35% faster than the 4-stage plans).
     ((512, 512, 32768), None, torch.float8_e4m3fn, ((64, 128, 128), 6, 128)),
     ((1024, 1024, 16384), None, torch.float8_e4m3fn, ((128, 128, 128), 4, 128)),
@@ -236,8 +237,9 @@ def test_batched_tiles_with_a_c_matrix_keep_short_k_steps():
         assert (with_c.config.block_m, with_c.config.block_n) == (128, 128)
         assert (with_c.config.block_k, with_c.config.num_stages) == (64, 4)
     # single products never took the long steps, with or without C
-    assert make_plan(1024, 6144, 4096, torch.bfloat16, H200, c_matrix=True) == make_plan(1024, 6144, 4096,
-                                                                                          torch.bfloat16, H200)
+    for c_matrix in (False, True):
+        cfg = make_plan(1024, 6144, 4096, torch.bfloat16, H200, c_matrix=c_matrix).config
+        assert (cfg.block_m, cfg.block_n, cfg.block_k) == (128, 128, 64)
 
 
 def test_the_planner_is_told_of_a_c_matrix(device, monkeypatch):
@@ -662,6 +664,24 @@ def test_batched_128_by_256_tiles_take_four_stages_from_k_256():
         dtype = torch.float32 if kw.get("tf32") else torch.bfloat16
         cfg = make_plan(m, n, k, dtype, H200, batch=batch, **kw).config
         assert (cfg.block_m, cfg.block_n, cfg.num_stages) == (128, 256, 3), (m, n, k, batch, kw, cfg)
+
+
+def test_square_tiles_take_five_stages_over_long_k_loops_of_few_waves():
+    """16-bit 128 x 128 tiles on the whole device take 5 stages over K loops of >= 64 steps and <= 3 waves of tiles
+    (plan._SQUARE_DEEP_STAGES); shorter loops, more waves, SM budgets, a C matrix and fp8 keep 4 at most."""
+    for m, n, k in ((512, 4096, 4096), (1024, 6144, 4096), (256, 8192, 8192), (1500, 4096, 8192)):
+        for dtype in (torch.bfloat16, torch.float16):
+            cfg = make_plan(m, n, k, dtype, H200).config
+            assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_stages) == (128, 128, 64, 5), (m, n, k, cfg)
+    deep = 0
+    for m, n, k, dtype, kw in ((512, 4096, 2048, torch.bfloat16, {}),
+                               (512, 4096, 4096, torch.bfloat16, {"c_matrix": True}),
+                               (512, 4096, 4096, torch.float8_e4m3fn, {}), (1100, 9000, 4096, torch.bfloat16, {}),
+                               (512, 4096, 4096, torch.bfloat16, {"num_sms": 66})):
+        cfg = make_plan(m, n, k, dtype, H200, **kw).config
+        assert cfg.num_stages <= 4 or (cfg.block_m, cfg.block_n) != (128, 128), (m, n, k, dtype, kw, cfg)
+        deep += (cfg.block_m, cfg.block_n) == (128, 128)
+    assert deep >= 4  # the rule's bounds, not another tile, keep those at 4 stages (639 tiles: > 3 waves)
 
 
 def test_hopper_tiles_store_whole_where_the_output_tile_fits_beside_the_pipeline():

@@ -207,6 +207,19 @@ _ONE_WAVE_MAX_K = 2560
 # 1.5-4.5% faster from K = 512. At K = 128 (two steps) the whole store pays more: 32 x 2048 x 2048 x 128 94.9 us
 # with 3 stages, 104 with 4. Single products ran level (1024 x 4096 x 4096 48.3 / 48.4 us, 8192^3 1.53 / 1.54 ms).
 _BATCHED_DEEP_MIN_K = 256
+# 16-bit 128 x 128 Hopper-path tiles on the whole device, without a C matrix, with K loops of at least
+# _SQUARE_DEEP_MIN_STEPS steps over at most _SQUARE_DEEP_MAX_WAVES waves of tiles take 5 stages (4 elsewhere): what
+# each SM streams per multiply-add is highest there, and cuBLAS runs such problems with 5-6 stages
+# (nvjet_sm90_tst_128x128_64x6 at 512 x 4096 x 4096). On the H200 (bf16, the planner with 4, 5 and 6 stages, each
+# timed twice a side in one run, on every suite and random problem of draws 0-1 whose plan changes) 512 x 4096 x 4096
+# ran 30.2 -> 28.5 us, 256 x 8192 x 8192 59.4 -> 54.8, 512 x 4096 x 14336 88.1 -> 84.8, 1024 x 6144 x 4096 77.4 ->
+# 73.8, 512 x 10240 x 8192 136 -> 132, 1024 x 1024 x 16384 58.4 -> 57.1, random draws 207 x 5427 x 11551 and 135 x
+# 7031 x 4421 1.0-1.5% faster, 12917 x 66 x 4936 and 3498 x 228 x 12095 level; 3463 x 584 x 6203 and 950 x 2107 x
+# 6940 (staged operands, Stream-K) 2.2% and 3.8% slower. Shorter loops or more waves ran 0.5-4% slower with 5 stages,
+# and 6 stages were no faster than 5 (0.91-1.11x of 4).
+_SQUARE_DEEP_STAGES = 5
+_SQUARE_DEEP_MIN_STEPS = 64
+_SQUARE_DEEP_MAX_WAVES = 3
 
 
 @dataclass(frozen=True)
@@ -499,7 +512,12 @@ def choose_config(
         stage_bytes = (bm + bn) * block_k * elem
         fit = (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes
         long_batched = batch > 1 and elem == 2 and not c_matrix and k >= _BATCHED_DEEP_MIN_K  # see _BATCHED_DEEP_MIN_K
-        stages = min(3 if largest and bn > bm and not long_batched else 4, fit)
+        cap = 3 if largest and bn > bm and not long_batched else 4
+        if (bm, bn) == (128, 128) and elem == 2 and not fma and not c_matrix and budget >= spec.num_sms \
+                and math.ceil(k / block_k) >= _SQUARE_DEEP_MIN_STEPS \
+                and math.ceil(m / bm) * math.ceil(n / bn) * batch <= _SQUARE_DEEP_MAX_WAVES * budget:
+            cap = _SQUARE_DEEP_STAGES  # see _SQUARE_DEEP_STAGES
+        stages = min(cap, fit)
         if stages < 2:
             continue
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma
