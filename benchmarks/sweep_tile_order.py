@@ -3,8 +3,11 @@ planner with 128 x 64 and 64 x 128 the other way round in both its candidate ord
 `plan._CANDIDATE_TILES` and `plan._TALL_FIRST`), on every problem of
 the bench's llm, square, mid and streamk suites and random draws 0-7 whose pick the swap changes; each timed twice
 a side, alternating, the faster kept, with torch's time (unbudgeted) for reference. The measurement behind the order.
+With --square-stages N the other side is instead the planner with `plan._SQUARE_DEEP_STAGES` = N (4: no 5-stage
+128 x 128 tiles), the measurement behind that rule.
 
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --num-sms ,32,66
+    PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --seeds 2 --square-stages 4
 """
 
 import argparse
@@ -26,14 +29,23 @@ def main():
     p.add_argument("--dtype", default="bf16", choices=P.DTYPES)
     p.add_argument("--num-sms", default="", help="comma list of SM budgets; empty: the whole device")
     p.add_argument("--seeds", type=int, default=8, help="random draws 0 .. seeds-1")
+    p.add_argument("--square-stages", type=int, default=None,
+                   help="the other side: plan._SQUARE_DEEP_STAGES set to this, not the tile order swapped")
     args = p.parse_args()
     print(environment())
     dtype, spec = P.DTYPES[args.dtype], device_spec(torch.device("cuda"))
-    ours = P._CANDIDATE_TILES, P._TALL_FIRST
-    orders = {"planner": ours, "swapped": ours[::-1]}
+    ours = {"_CANDIDATE_TILES": P._CANDIDATE_TILES, "_TALL_FIRST": P._TALL_FIRST,
+            "_SQUARE_DEEP_STAGES": P._SQUARE_DEEP_STAGES}
+    if args.square_stages is None:
+        other = {**ours, "_CANDIDATE_TILES": P._TALL_FIRST, "_TALL_FIRST": P._CANDIDATE_TILES}
+    else:
+        other = {**ours, "_SQUARE_DEEP_STAGES": args.square_stages}
+    orders = {"planner": ours, "other": other}
+    label = "swapped" if args.square_stages is None else f"{args.square_stages} stages"
 
     def use(name):
-        P._CANDIDATE_TILES, P._TALL_FIRST = orders[name]
+        for attr, value in orders[name].items():
+            setattr(P, attr, value)
         P.make_plan.cache_clear()
         smgemm._gemm._SEEN_CALLS.clear()
 
@@ -53,7 +65,7 @@ def main():
                 for name in orders:
                     use(name)
                     plans[name] = describe(P.decide(m, n, k, dtype, spec, num_sms=budget, operands=ops))
-                if plans["planner"] == plans["swapped"]:
+                if plans["planner"] == plans["other"]:
                     continue
                 ref = a.float() @ b.float()
                 f = lambda x, y: smgemm.matmul(x, y, num_sms=budget)  # noqa: B023
@@ -62,20 +74,20 @@ def main():
                     use(name)
                     assert rel_err(f(a, b), ref) < 2e-2, (m, n, k, name)
                     us[name] = min(us[name], time_rotating(f, sets) * 1e3)
-                ratio = us["swapped"] / us["planner"]
+                ratio = us["other"] / us["planner"]
                 ratios.setdefault(budget, []).append(ratio)
                 try:
                     torch_us = f"{time_rotating(peer, sets) * 1e3:8.2f}"
                 except RuntimeError:  # torch._scaled_mm takes no K or N that is not a multiple of 16
                     torch_us = "     n/a"
-                print(f"{budget or 'all':>4} {m}x{n}x{k}{'u' if odd else ''}: planner {us['planner']:8.2f} us, swapped "
-                      f"{us['swapped']:8.2f} ({ratio:.3f}), torch {torch_us}; {plans['planner']} -> {plans['swapped']}",
+                print(f"{budget or 'all':>4} {m}x{n}x{k}{'u' if odd else ''}: planner {us['planner']:8.2f} us, {label} "
+                      f"{us['other']:8.2f} ({ratio:.3f}), torch {torch_us}; {plans['planner']} -> {plans['other']}",
                       flush=True)
     finally:
         use("planner")
     for budget, r in ratios.items():
         mean = math.exp(sum(map(math.log, r)) / len(r))
-        print(f"budget {budget or 'all'}: {len(r)} picks change; swapped / planner time: geometric mean {mean:.3f}, "
+        print(f"budget {budget or 'all'}: {len(r)} picks change; {label} / planner time: geometric mean {mean:.3f}, "
               f"{min(r):.3f}-{max(r):.3f}")
 
 

@@ -208,10 +208,11 @@ _ONE_WAVE_MAX_K = 2560
 # with 3 stages, 104 with 4. Single products ran level (1024 x 4096 x 4096 48.3 / 48.4 us, 8192^3 1.53 / 1.54 ms).
 _BATCHED_DEEP_MIN_K = 256
 # 16-bit 128 x 128 Hopper-path tiles on the whole device, without a C matrix, with K loops of at least
-# _SQUARE_DEEP_MIN_STEPS steps over at most _SQUARE_DEEP_MAX_WAVES waves of tiles take 5 stages (4 elsewhere): what
-# each SM streams per multiply-add is highest there, and cuBLAS runs such problems with 5-6 stages
-# (nvjet_sm90_tst_128x128_64x6 at 512 x 4096 x 4096). On the H200 (bf16, the planner with 4, 5 and 6 stages, each
-# timed twice a side in one run, on every suite and random problem of draws 0-1 whose plan changes) 512 x 4096 x 4096
+# _SQUARE_DEEP_MIN_STEPS steps over at most _SQUARE_DEEP_MAX_WAVES waves of tiles take 5 stages (4 elsewhere), as
+# cuBLAS runs such problems with 5-6 (nvjet_sm90_tst_128x128_64x6 at 512 x 4096 x 4096). On the H200 (bf16, the
+# planner with 4, 5 and 6 stages on 128 x 128 tiles, each timed twice a side in one run, on every suite and random
+# problem of draws 0-1 whose plan changes; benchmarks/sweep_tile_order.py --square-stages 4 times the planner
+# against 4 stages the same way) 512 x 4096 x 4096
 # ran 30.2 -> 28.5 us, 256 x 8192 x 8192 59.4 -> 54.8, 512 x 4096 x 14336 88.1 -> 84.8, 1024 x 6144 x 4096 77.4 ->
 # 73.8, 512 x 10240 x 8192 136 -> 132, 1024 x 1024 x 16384 58.4 -> 57.1, random draws 207 x 5427 x 11551 and 135 x
 # 7031 x 4421 1.0-1.5% faster, 12917 x 66 x 4936 and 3498 x 228 x 12095 level; 3463 x 584 x 6203 and 950 x 2107 x
