@@ -211,11 +211,13 @@ def test_batched_products_with_64_bit_offsets(schedule, b_layout):
     _check(out, a, b)
 
 
-def test_batched_256_row_tiles_under_a_budget(device):
-    """A batched product of one tile column on a few SMs runs 256 x 128 tiles (plan.py, _CANDIDATE_TILES): rows past
-    M and columns past N of each matrix stay out of the result."""
-    a, b = randn((2, 300, 64), torch.float16, device), randn((2, 64, 100), torch.float16, device)
-    plan = smgemm.make_plan(300, 100, 64, torch.float16, device_spec(a.device), num_sms=4, batch=2)
+@pytest.mark.parametrize(("m", "n", "num_sms"), [(300, 100, 4), (256, 384, 3)])
+def test_batched_256_row_tiles_under_a_budget(m, n, num_sms, device):
+    """A batched product on a few SMs runs 256 x 128 tiles (plan.py, _CANDIDATE_TILES) where they need fewer tile
+    rounds: one tile column, or N leaving half a 256-wide tile (here three columns of 128 against two of 256). Rows
+    past M and columns past N of each matrix stay out of the result."""
+    a, b = randn((2, m, 64), torch.float16, device), randn((2, 64, n), torch.float16, device)
+    plan = smgemm.make_plan(m, n, 64, torch.float16, device_spec(a.device), num_sms=num_sms, batch=2)
     assert (plan.config.block_m, plan.config.block_n) == (256, 128)
-    out = smgemm.bmm(a, b, num_sms=4)
+    out = smgemm.bmm(a, b, num_sms=num_sms)
     _check(out, a, b)
