@@ -12,9 +12,9 @@ on a GPU user's call of that shape.
 The grid: dense bf16 / fp16 / fp8 / fp32 (TF32 and full precision) problems, rows aligned to 16, 4 or 1 elements
 (read in place with 4-element K-runs, or element by element), B as an nn.Linear
 weight (with a bias or a C matrix in the output's dtype; also with an fp32 output) or row-major, A row- or
-column-major, 2-D and batched (with and without C), on the whole H200 and on 16 and 66 SMs, every schedule; MXFP4
-weights in every byte layout with bf16, fp16 and MXFP4 activations. Each variant is compiled with 32- and with
-64-bit offsets.
+column-major, 2-D and batched (with and without C; bf16 also with an fp32 output), on the whole H200 and on 16 and
+66 SMs, every schedule; MXFP4 weights in every byte layout with bf16, fp16 and MXFP4 activations. Each variant is
+compiled with 32- and with 64-bit offsets.
 """
 
 import argparse
@@ -114,6 +114,8 @@ def variants() -> dict[Variant, str]:
             for dtype, has_c in itertools.product((torch.bfloat16, torch.float16), (False, "matrix")):
                 found.setdefault(_dense(m, n, k, dtype, budget, schedule, 16, "nn", has_c, 8),
                                  f"8 x {where} {_NAMES[dtype]} batched c={has_c}")
+            found.setdefault(_dense(m, n, k, torch.bfloat16, budget, schedule, 16, "nn", False, 8, "fp32"),
+                             f"8 x {where} bf16 batched c=False out=fp32")
         for act, layout in itertools.product(("bf16", "fp16", "mxfp4"), LAYOUTS):
             has_c = act != "mxfp4" and "row"
             v = _mxfp4(m, n, k, act, layout, budget, schedule, has_c)
