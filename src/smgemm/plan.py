@@ -36,9 +36,9 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   only when it is predicted `1 - Rates.sk_margin` faster (the model's accuracy: within a few percent either way is a
   tie, and the persistent loop has no fixup risk);
 * the cheapest (tile, schedule) wins (ties go to the larger tile); the pipeline depth is the most stages of
-  (BM + BN) * BK operand bytes that fit in shared memory, at most 4 (3 for the largest tile, whose fp32
-  epilogue scratch also needs room), except 64 x 128 pointer tiles on aligned few-tile Stream-K grids: 6
-  (`_deep_streamk`, measured);
+  (BM + BN) * BK operand bytes that fit in shared memory, at most `_stage_cap` (4; 3 for the largest tile, whose
+  epilogue scratch also needs room, but 4 for long batched products; 5 for 128 x 128 tiles over long K loops of few
+  waves), except 64 x 128 pointer tiles on aligned few-tile Stream-K grids: 6 (`_deep_streamk`, measured);
 * tiles of 128 x 128 and more take the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`), smaller ones
   the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
   rate than its intensity says (`Rates.hopper_efficiency_exponent`);
@@ -212,12 +212,11 @@ _BATCHED_DEEP_MIN_K = 256
 # cuBLAS runs such problems with 5-6 (nvjet_sm90_tst_128x128_64x6 at 512 x 4096 x 4096). On the H200 (bf16, the
 # planner with 4, 5 and 6 stages on 128 x 128 tiles, each timed twice a side in one run, on every suite and random
 # problem of draws 0-1 whose plan changes; benchmarks/sweep_tile_order.py --square-stages 4 times the planner
-# against 4 stages the same way) 512 x 4096 x 4096
-# ran 30.2 -> 28.5 us, 256 x 8192 x 8192 59.4 -> 54.8, 512 x 4096 x 14336 88.1 -> 84.8, 1024 x 6144 x 4096 77.4 ->
-# 73.8, 512 x 10240 x 8192 136 -> 132, 1024 x 1024 x 16384 58.4 -> 57.1, random draws 207 x 5427 x 11551 and 135 x
-# 7031 x 4421 1.0-1.5% faster, 12917 x 66 x 4936 and 3498 x 228 x 12095 level; 3463 x 584 x 6203 and 950 x 2107 x
-# 6940 (staged operands, Stream-K) 2.2% and 3.8% slower. Shorter loops or more waves ran 0.5-4% slower with 5 stages,
-# and 6 stages were no faster than 5 (0.91-1.11x of 4).
+# against 4 stages the same way) 512 x 4096 x 4096 ran 30.2 -> 28.5 us, 256 x 8192 x 8192 59.4 -> 54.8,
+# 512 x 4096 x 14336 88.1 -> 84.8, 1024 x 6144 x 4096 77.4 -> 73.8, 512 x 10240 x 8192 136 -> 132, 1024 x 1024 x 16384
+# 58.4 -> 57.1, random draws 207 x 5427 x 11551 and 135 x 7031 x 4421 1.0-1.5% faster, 12917 x 66 x 4936 and
+# 3498 x 228 x 12095 level; 3463 x 584 x 6203 and 950 x 2107 x 6940 (staged operands, Stream-K) 2.2% and 3.8% slower.
+# Shorter loops or more waves ran 0.5-4% slower with 5 stages, and 6 stages were no faster than 5 (0.91-1.11x of 4).
 _SQUARE_DEEP_STAGES = 5
 _SQUARE_DEEP_MIN_STEPS = 64
 _SQUARE_DEEP_MAX_WAVES = 3
@@ -447,6 +446,21 @@ def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: in
     return split is not None and split[0] == 0 and split[1] % tiles == 0
 
 
+def _stage_cap(bm: int, bn: int, block_k: int, m: int, n: int, k: int, elem: int, batch: int, budget: int,
+               spec: DeviceSpec, fma: bool, c_matrix: bool) -> int:
+    """The most pipeline stages a (bm, bn, block_k) tile takes (shared memory may allow fewer): 3 for 128 x 256 tiles
+    (4 for long batched products without C, `_BATCHED_DEEP_MIN_K`), 5 for 128 x 128 tiles over long K loops of few
+    waves on the whole device (`_SQUARE_DEEP_STAGES`), 4 for the others."""
+    dense16 = elem == 2 and not fma and not c_matrix
+    if bm * bn >= 128 * 256 and bn > bm:
+        return 4 if dense16 and batch > 1 and k >= _BATCHED_DEEP_MIN_K else 3
+    if (bm, bn) == (128, 128) and dense16 and budget >= spec.num_sms \
+            and math.ceil(k / block_k) >= _SQUARE_DEEP_MIN_STEPS \
+            and math.ceil(m / bm) * math.ceil(n / bn) * batch <= _SQUARE_DEEP_MAX_WAVES * budget:
+        return _SQUARE_DEEP_STAGES
+    return 4
+
+
 def choose_config(
     m: int,
     n: int,
@@ -512,13 +526,7 @@ def choose_config(
             block_k = _SHORT_STEP_BYTES // elem  # see _SHORT_STEP_BYTES
         stage_bytes = (bm + bn) * block_k * elem
         fit = (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes
-        long_batched = batch > 1 and elem == 2 and not c_matrix and k >= _BATCHED_DEEP_MIN_K  # see _BATCHED_DEEP_MIN_K
-        cap = 3 if largest and bn > bm and not long_batched else 4
-        if (bm, bn) == (128, 128) and elem == 2 and not fma and not c_matrix and budget >= spec.num_sms \
-                and math.ceil(k / block_k) >= _SQUARE_DEEP_MIN_STEPS \
-                and math.ceil(m / bm) * math.ceil(n / bn) * batch <= _SQUARE_DEEP_MAX_WAVES * budget:
-            cap = _SQUARE_DEEP_STAGES  # see _SQUARE_DEEP_STAGES
-        stages = min(cap, fit)
+        stages = min(_stage_cap(bm, bn, block_k, m, n, k, elem, batch, budget, spec, fma, c_matrix), fit)
         if stages < 2:
             continue
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma
