@@ -172,17 +172,25 @@ def test_small_m_streams_b_once_with_long_k_steps(dtype, num_sms):
 
 
 def test_skinny_gemms_use_pointer_tiles_with_long_k_steps():
-    # 64 < M <= 128 (measured, plan._SKINNY_MAX_M): no 128 x 128 tiles, 256-byte K steps on smaller tiles, and
-    # 128 x 256 tiles only persistent and only where they (nearly) fill a wave.
-    for n, k in ((6144, 4096), (4096, 4096), (10240, 8192), (8192, 8192), (4096, 14336)):
+    # 64 < M <= 128 (measured, plan._SKINNY_MAX_M): 256-byte K steps on tiles below 128 x 128; 128 x 256 tiles only
+    # persistent and only where they (nearly) fill a wave; 128 x 128 tiles only with 5 stages, persistent, in one
+    # wave of at least plan._SKINNY_SQUARE_MIN_FILL of the whole device.
+    squares = 0
+    for n, k in ((6144, 4096), (4096, 4096), (10240, 8192), (8192, 8192), (4096, 14336), (14336, 4096)):
         for num_sms in (None, 66):
             plan = make_plan(128, n, k, torch.bfloat16, H200, num_sms=num_sms)
             cfg = plan.config
-            assert cfg.block_m * cfg.block_n != 128 * 128, (n, k, num_sms, plan)
-            if cfg.block_m * cfg.block_n < 128 * 256:
+            if cfg.block_m * cfg.block_n < 128 * 128:
                 assert cfg.block_k == 128 and not cfg.tma, (n, k, num_sms, plan)
+            elif cfg.block_m * cfg.block_n == 128 * 128:
+                squares += 1
+                assert (cfg.block_k, cfg.num_stages, plan.schedule, num_sms) == (64, 5, "persistent", None), plan
+                assert 0.6 * H200.num_sms <= plan.num_tiles <= H200.num_sms, (n, k, plan)
             else:
                 assert plan.schedule == "persistent" and plan.num_tiles >= 0.8 * plan.sm_budget
+    assert squares == 2  # N = 10240 and 14336: 80 and 112 tiles
+    # 64 tiles (N = 8192) fill less than 0.6 of the device: 64 x 128 pointer tiles, twice as many
+    assert make_plan(128, 8192, 8192, torch.bfloat16, H200).config.block_m == 64
     wide = make_plan(128, 28672, 4096, torch.bfloat16, H200)  # 112 tiles of 128 x 256 on 132 SMs
     assert (wide.config.block_n, wide.schedule, wide.config.tma) == (256, "persistent", True)
     # Above the skinny range the efficiency model and the Hopper path from 128 x 128 tiles apply again.
@@ -667,21 +675,33 @@ def test_batched_128_by_256_tiles_take_four_stages_from_k_256():
 
 
 def test_square_tiles_take_five_stages_over_long_k_loops_of_few_waves():
-    """16-bit 128 x 128 tiles on the whole device take 5 stages over K loops of >= 64 steps and <= 3 waves of tiles
-    (plan._SQUARE_DEEP_STAGES); shorter loops, more waves, SM budgets, a C matrix and fp8 keep 4 at most."""
-    for m, n, k in ((512, 4096, 4096), (1024, 6144, 4096), (256, 8192, 8192), (1500, 4096, 8192)):
+    """16-bit 128 x 128 tiles on the whole device take 5 stages over K loops of >= 64 steps and <= 3 waves of tiles,
+    or over more waves with loops of exactly 64 steps whose last wave is nearly full (plan._SQUARE_DEEP_STAGES);
+    shorter loops, more waves of longer loops, SM budgets, a C matrix and fp8 keep 4 at most."""
+    for m, n, k in ((512, 4096, 4096), (1024, 6144, 4096), (256, 8192, 8192), (1500, 4096, 8192), (1100, 9000, 4096),
+                    (512, 28672, 4096), (1024, 10240, 4096)):
         for dtype in (torch.bfloat16, torch.float16):
             cfg = make_plan(m, n, k, dtype, H200).config
             assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_stages) == (128, 128, 64, 5), (m, n, k, cfg)
     deep = 0
     for m, n, k, dtype, kw in ((512, 4096, 2048, torch.bfloat16, {}),
                                (512, 4096, 4096, torch.bfloat16, {"c_matrix": True}),
-                               (512, 4096, 4096, torch.float8_e4m3fn, {}), (1100, 9000, 4096, torch.bfloat16, {}),
+                               (512, 4096, 4096, torch.float8_e4m3fn, {}), (10799, 1029, 6437, torch.bfloat16, {}),
                                (512, 4096, 4096, torch.bfloat16, {"num_sms": 66})):
         cfg = make_plan(m, n, k, dtype, H200, **kw).config
         assert cfg.num_stages <= 4 or (cfg.block_m, cfg.block_n) != (128, 128), (m, n, k, dtype, kw, cfg)
         deep += (cfg.block_m, cfg.block_n) == (128, 128)
-    assert deep >= 4  # the rule's bounds, not another tile, keep those at 4 stages (639 tiles: > 3 waves)
+    assert deep >= 4  # the rule's bounds, not another tile, keep those at 4 stages (765 tiles of 101 steps)
+
+
+def test_five_stage_square_tiles_are_charged_their_measured_rate():
+    """Persistent 5-stage 128 x 128 tiles cost `Rates.square_deep_factor` of the model's time: 512 x 28672 x 4096
+    (896 tiles, 6.8 waves) takes them rather than Stream-K over 128 x 256 tiles, and without the factor it would
+    not."""
+    plan = make_plan(512, 28672, 4096, torch.bfloat16, H200)
+    assert (plan.schedule, plan.config.block_n, plan.config.num_stages) == ("persistent", 128, 5)
+    flat = dataclasses.replace(H200, rates=dataclasses.replace(H200.rates, square_deep_factor=1.0))
+    assert make_plan(512, 28672, 4096, torch.bfloat16, flat).config.block_n == 256
 
 
 def test_hopper_tiles_store_whole_where_the_output_tile_fits_beside_the_pipeline():

@@ -38,7 +38,8 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
 * the cheapest (tile, schedule) wins (ties go to the larger tile); the pipeline depth is the most stages of
   (BM + BN) * BK operand bytes that fit in shared memory, at most `_stage_cap` (4; 3 for the largest tile, whose
   epilogue scratch also needs room, but 4 for long batched products; 5 for 128 x 128 tiles over long K loops of few
-  waves), except 64 x 128 pointer tiles on aligned few-tile Stream-K grids: 6 (`_deep_streamk`, measured);
+  waves, persistent ones then charged `Rates.square_deep_factor` of the model's time), except 64 x 128 pointer
+  tiles on aligned few-tile Stream-K grids: 6 (`_deep_streamk`, measured);
 * tiles of 128 x 128 and more take the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`), smaller ones
   the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
   rate than its intensity says (`Rates.hopper_efficiency_exponent`);
@@ -118,8 +119,9 @@ _HOPPER_PATH_MIN_TILE = 128 * 128
 # Skinny GEMMs (64 < M <= 128, one or two rows of tiles): 64 x 128 / 128 x 64 pointer tiles with 256-byte K steps
 # and Stream-K ran 0.77-0.89x of cuBLAS where 128 x 128 tiles (TMA or not) ran 0.63-0.82x and Stream-K over
 # 128 x 256 tiles 0.48-0.63x (benchmarks/sweep_configs.py on 128 x {4096..10240} x {4096, 8192}, docs/performance.md).
-# There 128 x 128 tiles are not candidates, smaller tiles take 256-byte K steps, and 128 x 256 tiles (still the
-# best when N gives (nearly) a full wave of them: 0.96-0.98x at N = 28672, 57344) run persistent, and only then.
+# There 128 x 128 tiles are candidates only in the one-wave case of `_SKINNY_SQUARE_MIN_FILL`, smaller tiles take
+# 256-byte K steps, and 128 x 256 tiles (still the best when N gives (nearly) a full wave of them: 0.96-0.98x at
+# N = 28672, 57344) run persistent, and only then.
 _SKINNY_MAX_M = 128
 # Above M = 64 (where no tile covers every row of A) 16-bit tiles have at least 64 rows, where N takes a 64-wide tile:
 # a 32-row tile moves half again the operand bytes per multiply-add, and a program alone on its SM streams them at
@@ -208,7 +210,7 @@ _ONE_WAVE_MAX_K = 2560
 # with 3 stages, 104 with 4. Single products ran level (1024 x 4096 x 4096 48.3 / 48.4 us, 8192^3 1.53 / 1.54 ms).
 _BATCHED_DEEP_MIN_K = 256
 # 16-bit 128 x 128 Hopper-path tiles on the whole device, without a C matrix, with K loops of at least
-# _SQUARE_DEEP_MIN_STEPS steps over at most _SQUARE_DEEP_MAX_WAVES waves of tiles take 5 stages (4 elsewhere), as
+# _SQUARE_DEEP_MIN_STEPS steps take 5 stages (4 elsewhere), as
 # cuBLAS runs such problems with 5-6 (nvjet_sm90_tst_128x128_64x6 at 512 x 4096 x 4096). On the H200 (bf16, the
 # planner with 4, 5 and 6 stages on 128 x 128 tiles, each timed twice a side in one run, on every suite and random
 # problem of draws 0-1 whose plan changes; benchmarks/sweep_tile_order.py --square-stages 4 times the planner
@@ -216,10 +218,30 @@ _BATCHED_DEEP_MIN_K = 256
 # 512 x 4096 x 14336 88.1 -> 84.8, 1024 x 6144 x 4096 77.4 -> 73.8, 512 x 10240 x 8192 136 -> 132, 1024 x 1024 x 16384
 # 58.4 -> 57.1, random draws 207 x 5427 x 11551 and 135 x 7031 x 4421 1.0-1.5% faster, 12917 x 66 x 4936 and
 # 3498 x 228 x 12095 level; 3463 x 584 x 6203 and 950 x 2107 x 6940 (staged operands, Stream-K) 2.2% and 3.8% slower.
-# Shorter loops or more waves ran 0.5-4% slower with 5 stages, and 6 stages were no faster than 5 (0.91-1.11x of 4).
+# Shorter loops ran 0.5-4% slower with 5 stages, and 6 stages were no faster than 5 (0.91-1.11x of 4).
+# Over more than _SQUARE_DEEP_MAX_WAVES waves, loops of exactly 64 steps (K = 4096 in 16 bits) whose last wave is at
+# least _SQUARE_DEEP_MIN_FILL full take 5 stages too: on the H200 (benchmarks/sweep_configs.py, "128x128x64 w8 s5 tma
+# whole;128x128x64 w8 s4 tma whole", one run) 5 stages beat 4 on all 9 problems of 3.4-13.6 waves (3-8%; 512 x 28672
+# x 4096 178 -> 166 us, 1024 x 14336 x 4096 170 -> 161), and with the rule and the model's rate for such tiles
+# (`Rates.square_deep_factor`) 1024 x 10240 x 4096 ran 124.8 -> 118.7 us (the planner with and without both, each
+# timed three times a side in one run, a one-off script). Longer loops over more waves were level or slower with the
+# 5-stage tiles the factor would pick (1024 x 14336 x 8192 1.026x the time, 512 x 28672 x 8192 1.008x, copied
+# operands of random draws 1.01-1.14x), so they keep 4.
 _SQUARE_DEEP_STAGES = 5
 _SQUARE_DEEP_MIN_STEPS = 64
 _SQUARE_DEEP_MAX_WAVES = 3
+_SQUARE_DEEP_MIN_FILL = 0.95
+# Skinny products (`_SKINNY_MAX_M`) take 5-stage 128 x 128 tiles, persistent, where they make one wave of at least
+# this fraction of the whole device: they stream the weight faster than Stream-K over 64-row pointer tiles. On the
+# H200 (the planner with and without the rule, one run as above) 128 x 10240 x {4096, 8192, 14336, 28672} ran 34.4 ->
+# 32.3, 58.4 -> 54.8, 93.0 -> 89.6 and 179 -> 171 us (80 tiles), 128 x 14336 x {4096, 8192, 14336, 28672} 38.9 ->
+# 38.1, 70.6 -> 66.2, 133 -> 110 and 263 -> 209 us (112 tiles): 0.76-0.90x of torch -> 0.83-0.96x. With 64 tiles or
+# fewer they ran 1.26-2.04x slower than the pointer tiles (128 x 8192 x 8192 51.0 against 39.0 us,
+# benchmarks/sweep_configs.py), and Stream-K over them was slower than persistent. At M = 96, a quarter of each tile's
+# rows empty, they lost (96 x 14336 x 4096 38.8 -> 41.5 us, 96 x 10240 x 8192 58.6 -> 59.8, 96 x 10240 x 4096 34.2 ->
+# 33.8), so the rule starts above _SKINNY_SQUARE_MIN_M rows.
+_SKINNY_SQUARE_MIN_FILL = 0.6
+_SKINNY_SQUARE_MIN_M = 96
 
 
 @dataclass(frozen=True)
@@ -450,15 +472,27 @@ def _stage_cap(bm: int, bn: int, block_k: int, m: int, n: int, k: int, elem: int
                spec: DeviceSpec, fma: bool, c_matrix: bool) -> int:
     """The most pipeline stages a (bm, bn, block_k) tile takes (shared memory may allow fewer): 3 for 128 x 256 tiles
     (4 for long batched products without C, `_BATCHED_DEEP_MIN_K`), 5 for 128 x 128 tiles over long K loops of few
-    waves on the whole device (`_SQUARE_DEEP_STAGES`), 4 for the others."""
+    waves, or of 64 steps over nearly full waves, on the whole device (`_SQUARE_DEEP_STAGES`), 4 for the others."""
     dense16 = elem == 2 and not fma and not c_matrix
     if bm * bn >= 128 * 256 and bn > bm:
         return 4 if dense16 and batch > 1 and k >= _BATCHED_DEEP_MIN_K else 3
-    if (bm, bn) == (128, 128) and dense16 and budget >= spec.num_sms \
-            and math.ceil(k / block_k) >= _SQUARE_DEEP_MIN_STEPS \
-            and math.ceil(m / bm) * math.ceil(n / bn) * batch <= _SQUARE_DEEP_MAX_WAVES * budget:
+    steps, tiles = math.ceil(k / block_k), math.ceil(m / bm) * math.ceil(n / bn) * batch
+    waves = tiles / budget
+    if (bm, bn) == (128, 128) and dense16 and budget >= spec.num_sms and steps >= _SQUARE_DEEP_MIN_STEPS and (
+            waves <= _SQUARE_DEEP_MAX_WAVES
+            or (steps <= _SQUARE_DEEP_MIN_STEPS and waves / math.ceil(waves) >= _SQUARE_DEEP_MIN_FILL)):
         return _SQUARE_DEEP_STAGES
     return 4
+
+
+def _skinny_square(m: int, n: int, k: int, elem: int, batch: int, budget: int, spec: DeviceSpec,
+                   c_matrix: bool) -> bool:
+    """Whether a skinny product (`_SKINNY_MAX_M`) may take 128 x 128 tiles: above `_SKINNY_SQUARE_MIN_M` rows, where
+    they get 5 stages (`_stage_cap`) and make one wave that fills at least `_SKINNY_SQUARE_MIN_FILL` of the budget."""
+    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    deep = _stage_cap(128, 128, 128 // elem, m, n, k, elem, batch, budget, spec, False, c_matrix) \
+        == _SQUARE_DEEP_STAGES
+    return batch == 1 and m > _SKINNY_SQUARE_MIN_M and deep and _SKINNY_SQUARE_MIN_FILL * budget <= tiles <= budget
 
 
 def choose_config(
@@ -504,7 +538,8 @@ def choose_config(
             continue
         thin = wide_rows and m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 \
             and not fma  # only dense Stream-K plans take these tiles (see _MIN_ROWS_ABOVE_STREAMING)
-        if skinny and bm * bn == 128 * 128 and not fma:
+        if skinny and bm * bn == 128 * 128 and not fma and not _skinny_square(m, n, k, elem, batch, budget, spec,
+                                                                             c_matrix):
             continue
         if (bm, bn) == (256, 128) and (batch == 1 or fma or budget >= spec.num_sms):
             continue  # 256 x 128: see _CANDIDATE_TILES
@@ -514,8 +549,8 @@ def choose_config(
         # 512-byte K steps up to M = 32 (16-row tiles had them before): 32-row tiles with 256-byte steps streamed B
         # at ~39 GB/s per SM; with 512-byte ones bf16 / fp16 ran 1.05-1.44x faster at M = 24 and 32 on 32-132 SMs,
         # fp8 1.02-1.08x (the H200, benchmarks/sweep_configs.py)
-        block_k = 128 // elem * (4 if m <= _WIDE_K_MAX_M else 2 if m <= _STREAMING_MAX_M or (skinny and not largest)
-                                 else 1)
+        block_k = 128 // elem * (4 if m <= _WIDE_K_MAX_M else 2 if m <= _STREAMING_MAX_M
+                                 or (skinny and bm * bn < 128 * 128) else 1)
         if fma and bm * bn >= 64 * 64:
             block_k = 32  # 128-byte rows on FMA: 128 x 128 x 16 ran 11% slower
         if batch > 1 and bm * bn == 128 * 128 and not fma and not c_matrix:
@@ -530,10 +565,12 @@ def choose_config(
         if stages < 2:
             continue
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma
+        # persistent 5-stage 128 x 128 tiles run nearer the 128 x 256 tile's rate than the model's 4-stage ones
+        square_deep = spec.rates.square_deep_factor if stages == _SQUARE_DEEP_STAGES and bm == bn == 128 else 1.0
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
         for schedule, waves in _candidates(schedules):
-            if (skinny and largest and schedule == "streamk") or \
+            if (skinny and (largest or (bm * bn == 128 * 128 and not fma)) and schedule == "streamk") or \
                     (thin and (not dense or schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
             chosen, factor = cfg, 1.0
@@ -548,6 +585,8 @@ def choose_config(
             deep = fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget, spec.rates, batch)
             if schedule == "streamk" and deep:
                 chosen, factor = dataclasses.replace(cfg, num_stages=_DEEP_STAGES), spec.rates.deep_factor
+            if schedule != "streamk":
+                factor *= square_deep
             cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec, waves, batch) * factor
             if cost < best_cost:
                 best, best_cost = (chosen, schedule, waves), cost
