@@ -16,6 +16,12 @@ between warps. On the H200 (64 sequences of 16k tokens, 8 KV heads, three progra
 SMs; a one-off script timing this kernel and the one it replaced, with one running softmax a program over 4 warps,
 in one run on the tree of 317e108): from 24 / 36 / 48 SMs 2 warps pulled 2.21 / 3.56 / 3.66 TB/s against
 1.68 / 2.65 / 3.34 before (4 warps, split the same way: 1.36 / 2.10 / 2.68); on the whole device both 4.41.
+What bounds a program is its chain of work on one page (wait, two dots, softmax), ~0.7 us on the H200, not the
+pipeline's depth: one program an SM with 5 to 8 stages pulled 1.09-1.10 TB/s from 24 SMs whatever the depth, and
+three programs an SM (three chains) 2.19, each computing on one page while the next is in flight. Computing
+the next page's scores during this page's softmax (its K one iteration ahead of its V) did not shorten the chain:
+2.11 against 2.19 TB/s from 24 SMs with 3 programs of 2 warps, 1.25 against 1.10 with one program of 4 warps and 7
+stages (a one-off script, both kernels in one run on the tree of ea26e37).
 Sequences are split into chunks (`chunks`, merged by a second kernel) only where there are fewer items than
 programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36 SMs,
 4.10 against 4.41 on the whole device), since each item refills the pipeline.
