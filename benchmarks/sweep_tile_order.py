@@ -4,13 +4,18 @@ planner with 128 x 64 and 64 x 128 the other way round in both its candidate ord
 the bench's llm, square, mid and streamk suites and random draws 0-7 whose pick the swap changes; each timed twice
 a side, alternating, the faster kept, with torch's time (unbudgeted) for reference. The measurement behind the order.
 With --square-stages N the other side is instead the planner with `plan._SQUARE_DEEP_STAGES` = N (4: no 5-stage
-128 x 128 tiles), the measurement behind that rule.
+128 x 128 tiles), the measurement behind that rule; with --square-rules, the planner without the rules that extend
+those tiles (5 stages beyond three waves, `plan._SQUARE_DEEP_MIN_FILL`; one-wave skinny products,
+`plan._SKINNY_SQUARE_MIN_FILL`) and without their rate (`Rates.square_deep_factor`), the measurement behind those.
 
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --num-sms ,32,66
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --seeds 2 --square-stages 4
+    PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --square-rules
 """
 
 import argparse
+import contextlib
+import dataclasses
 import math
 
 import torch
@@ -31,21 +36,34 @@ def main():
     p.add_argument("--seeds", type=int, default=8, help="random draws 0 .. seeds-1")
     p.add_argument("--square-stages", type=int, default=None,
                    help="the other side: plan._SQUARE_DEEP_STAGES set to this, not the tile order swapped")
+    p.add_argument("--square-rules", action="store_true",
+                   help="the other side: the planner without the rules that extend 5-stage 128 x 128 tiles")
     args = p.parse_args()
     print(environment())
     dtype, spec = P.DTYPES[args.dtype], device_spec(torch.device("cuda"))
     ours = {"_CANDIDATE_TILES": P._CANDIDATE_TILES, "_TALL_FIRST": P._TALL_FIRST,
-            "_SQUARE_DEEP_STAGES": P._SQUARE_DEEP_STAGES}
-    if args.square_stages is None:
+            "_SQUARE_DEEP_STAGES": P._SQUARE_DEEP_STAGES, "_SQUARE_DEEP_MIN_FILL": P._SQUARE_DEEP_MIN_FILL,
+            "_SKINNY_SQUARE_MIN_FILL": P._SKINNY_SQUARE_MIN_FILL}
+    other_rates = None  # the other side's model rates, where they differ
+    if args.square_rules:
+        other = {**ours, "_SQUARE_DEEP_MIN_FILL": math.inf, "_SKINNY_SQUARE_MIN_FILL": math.inf}
+        other_rates = dataclasses.replace(spec.rates, square_deep_factor=1.0)
+        label = "without"
+    elif args.square_stages is None:
         other = {**ours, "_CANDIDATE_TILES": P._TALL_FIRST, "_TALL_FIRST": P._CANDIDATE_TILES}
+        label = "swapped"
     else:
         other = {**ours, "_SQUARE_DEEP_STAGES": args.square_stages}
+        label = f"{args.square_stages} stages"
     orders = {"planner": ours, "other": other}
-    label = "swapped" if args.square_stages is None else f"{args.square_stages} stages"
+    rates = contextlib.ExitStack()
 
     def use(name):
         for attr, value in orders[name].items():
             setattr(P, attr, value)
+        rates.close()
+        if name == "other" and other_rates is not None:
+            rates.enter_context(P.overrides(rates=other_rates))
         P.make_plan.cache_clear()
         smgemm._gemm._SEEN_CALLS.clear()
 
@@ -65,6 +83,7 @@ def main():
                 for name in orders:
                     use(name)
                     plans[name] = describe(P.decide(m, n, k, dtype, spec, num_sms=budget, operands=ops))
+                use("planner")
                 if plans["planner"] == plans["other"]:
                     continue
                 ref = a.float() @ b.float()
