@@ -221,12 +221,13 @@ _BATCHED_DEEP_MIN_K = 256
 # Shorter loops ran 0.5-4% slower with 5 stages, and 6 stages were no faster than 5 (0.91-1.11x of 4).
 # Over more than _SQUARE_DEEP_MAX_WAVES waves, loops of exactly 64 steps (K = 4096 in 16 bits) whose last wave is at
 # least _SQUARE_DEEP_MIN_FILL full take 5 stages too: on the H200 (benchmarks/sweep_configs.py, "128x128x64 w8 s5 tma
-# whole;128x128x64 w8 s4 tma whole", one run) 5 stages beat 4 on all 9 problems of 3.4-13.6 waves (3-8%; 512 x 28672
-# x 4096 178 -> 166 us, 1024 x 14336 x 4096 170 -> 161), and with the rule and the model's rate for such tiles
+# whole;128x128x64 w8 s4 tma whole", one run) 5 stages beat 4 on all 9 problems of 3.4-13.6 waves (3-8%; 512 x 28672 x
+# 4096 178 -> 166 us, 1024 x 14336 x 4096 170 -> 161), and with the rule and the model's rate for such tiles
 # (`Rates.square_deep_factor`) 1024 x 10240 x 4096 ran 124.8 -> 118.7 us (the planner with and without both, each
-# timed three times a side in one run, a one-off script). Longer loops over more waves were level or slower with the
-# 5-stage tiles the factor would pick (1024 x 14336 x 8192 1.026x the time, 512 x 28672 x 8192 1.008x, copied
-# operands of random draws 1.01-1.14x), so they keep 4.
+# timed three times a side in one run, a one-off script; `benchmarks/sweep_tile_order.py --seeds 8 --square-rules`
+# times the suites' and random draws' part the same way: at f9941b6 512 x 28672 x 4096 184.0 -> 166.1 us). Longer
+# loops over more waves were level or slower with the 5-stage tiles the factor would pick (1024 x 14336 x 8192 1.026x
+# the time, 512 x 28672 x 8192 1.008x, copied operands of random draws 1.01-1.14x), so they keep 4.
 _SQUARE_DEEP_STAGES = 5
 _SQUARE_DEEP_MIN_STEPS = 64
 _SQUARE_DEEP_MAX_WAVES = 3
