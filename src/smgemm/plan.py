@@ -486,14 +486,13 @@ def _stage_cap(bm: int, bn: int, block_k: int, m: int, n: int, k: int, elem: int
     return 4
 
 
-def _skinny_square(m: int, n: int, k: int, elem: int, batch: int, budget: int, spec: DeviceSpec,
-                   c_matrix: bool) -> bool:
-    """Whether a skinny product (`_SKINNY_MAX_M`) may take 128 x 128 tiles: above `_SKINNY_SQUARE_MIN_M` rows, where
-    they get 5 stages (`_stage_cap`) and make one wave that fills at least `_SKINNY_SQUARE_MIN_FILL` of the budget."""
+def _skinny_square(m: int, n: int, batch: int, budget: int, stages: int) -> bool:
+    """Whether a skinny product (`_SKINNY_MAX_M`) may take 128 x 128 tiles of `stages` stages: above
+    `_SKINNY_SQUARE_MIN_M` rows, where they got 5 stages (`_stage_cap`) and make one wave that fills at least
+    `_SKINNY_SQUARE_MIN_FILL` of the budget."""
     tiles = math.ceil(m / 128) * math.ceil(n / 128)
-    deep = _stage_cap(128, 128, 128 // elem, m, n, k, elem, batch, budget, spec, False, c_matrix) \
-        == _SQUARE_DEEP_STAGES
-    return batch == 1 and m > _SKINNY_SQUARE_MIN_M and deep and _SKINNY_SQUARE_MIN_FILL * budget <= tiles <= budget
+    return batch == 1 and m > _SKINNY_SQUARE_MIN_M and stages == _SQUARE_DEEP_STAGES \
+        and _SKINNY_SQUARE_MIN_FILL * budget <= tiles <= budget
 
 
 def choose_config(
@@ -539,9 +538,6 @@ def choose_config(
             continue
         thin = wide_rows and m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 \
             and not fma  # only dense Stream-K plans take these tiles (see _MIN_ROWS_ABOVE_STREAMING)
-        if skinny and bm * bn == 128 * 128 and not fma and not _skinny_square(m, n, k, elem, batch, budget, spec,
-                                                                             c_matrix):
-            continue
         if (bm, bn) == (256, 128) and (batch == 1 or fma or budget >= spec.num_sms):
             continue  # 256 x 128: see _CANDIDATE_TILES
         largest = bm * bn >= 128 * 256
@@ -563,7 +559,8 @@ def choose_config(
         stage_bytes = (bm + bn) * block_k * elem
         fit = (spec.smem_per_block - _SMEM_RESERVE) // stage_bytes
         stages = min(_stage_cap(bm, bn, block_k, m, n, k, elem, batch, budget, spec, fma, c_matrix), fit)
-        if stages < 2:
+        if stages < 2 or (skinny and bm * bn == 128 * 128 and not fma and not _skinny_square(m, n, batch, budget,
+                                                                                           stages)):
             continue
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma
         # persistent 5-stage 128 x 128 tiles run nearer the 128 x 256 tile's rate than the model's 4-stage ones
