@@ -125,12 +125,12 @@ def test_streamk_grid_aligned_to_tiles(tiles, k_iters, budget, programs):
     ((512, 512, 32768), None, torch.bfloat16, ((64, 128, 64), 6, 128)),
     ((256, 1024, 16384), None, torch.float16, ((64, 128, 64), 6, 128)),
     ((256, 2048, 8192), None, torch.bfloat16, ((64, 128, 64), 6, 128)),
-    # Where 128 x 128 tiles measured faster: fewer parts per tile, a budget, or 64 x 128 tiles not aligned (on the
-    # whole device with 5 stages, plan._SQUARE_DEEP_STAGES).
+    # Where 128 x 128 tiles measured faster: fewer parts per tile, a budget, or 64 x 128 tiles not aligned (4 stages:
+    # every tile is split, plan._SQUARE_DEEP_STAGES).
     ((512, 512, 32768), 66, torch.bfloat16, ((128, 128, 64), 4, 64)),
-    ((1024, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 5, 128)),
-    ((384, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 5, 120)),
-    ((768, 768, 16384), None, torch.bfloat16, ((128, 128, 64), 5, 132)),
+    ((1024, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 128)),
+    ((384, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 120)),
+    ((768, 768, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 132)),
     # fp8: 128-byte K steps of 128 elements (measured 14-35% faster than the 4-stage plans).
     ((512, 512, 32768), None, torch.float8_e4m3fn, ((64, 128, 128), 6, 128)),
     ((1024, 1024, 16384), None, torch.float8_e4m3fn, ((128, 128, 128), 4, 128)),
@@ -692,6 +692,19 @@ def test_square_tiles_take_five_stages_over_long_k_loops_of_few_waves():
         assert cfg.num_stages <= 4 or (cfg.block_m, cfg.block_n) != (128, 128), (m, n, k, dtype, kw, cfg)
         deep += (cfg.block_m, cfg.block_n) == (128, 128)
     assert deep >= 4  # the rule's bounds, not another tile, keep those at 4 stages (765 tiles of 101 steps)
+
+
+def test_stream_k_plans_that_split_every_tile_keep_four_stages():
+    """A Stream-K plan over 5-stage-eligible 128 x 128 tiles runs them with 4 stages where it splits every tile (no
+    data-parallel wave first) over more than two rows of tiles (1024 x 1024 x 16384: 64 tiles over 128 programs;
+    950 x 2107 x 6940), and keeps 5 over two rows (256 x 10240 x 4096: 160 tiles over 132 programs) or where whole
+    waves run first (512 x 10240 x 8192: 56 of 320 tiles split)."""
+    for (m, n, k), stages, split_all in (((1024, 1024, 16384), 4, True), ((950, 2107, 6940), 4, True),
+                                         ((256, 10240, 4096), 5, True), ((256, 4096, 8192), 5, True),
+                                         ((512, 10240, 8192), 5, False)):
+        plan = make_plan(m, n, k, torch.bfloat16, H200)
+        assert plan.schedule == "streamk" and (plan.dp_tiles == 0) == split_all, (m, n, k, plan)
+        assert (plan.config.block_m, plan.config.block_n, plan.config.num_stages) == (128, 128, stages), (m, n, k)
 
 
 def test_five_stage_square_tiles_are_charged_their_measured_rate():

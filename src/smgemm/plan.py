@@ -228,6 +228,15 @@ _BATCHED_DEEP_MIN_K = 256
 # times the suites' and random draws' part the same way: at f9941b6 512 x 28672 x 4096 184.0 -> 166.1 us). Longer
 # loops over more waves were level or slower with the 5-stage tiles the factor would pick (1024 x 14336 x 8192 1.026x
 # the time, 512 x 28672 x 8192 1.008x, copied operands of random draws 1.01-1.14x), so they keep 4.
+# Stream-K plans that split every tile (no data-parallel wave before the split ones) over more than
+# _SQUARE_SK_DEEP_MAX_ROWS rows of tiles keep 4 stages. On the H200 (benchmarks/sweep_configs.py, "128x128x64 w8 s5
+# tma whole sk;128x128x64 w8 s4 tma whole sk", twice in one run, on every problem of the suites, random draws 0-7 and
+# a Llama-like grid whose plan is such), with 4 stages 950 x 2107 x 6940 ran 102 -> 95.8 us, 3463 x 584 x 6203 101 -> 98.2,
+# 1570 x 577 x 14363 115 -> 112, 2164 x 322 x 12512 57.5 -> 56.2, 1024 x 1024 x 16384 59.7 -> 58.7 (67.0 -> 58.1 in
+# another run), and six more 0.2-1.9% faster or level; with two rows of tiles, where each panel of B feeds two tiles,
+# 5 stages stay faster: 256 x 10240 x 8192 82.0 against 89.0, 256 x 4096 x 14336 53.0 against 58.0, 256 x 10240 x 4096
+# 48.2 against 51.1, 256 x 4096 x 8192 36.8 against 39.8, 207 x 5427 x 11551 166 against 167.
+_SQUARE_SK_DEEP_MAX_ROWS = 2
 _SQUARE_DEEP_STAGES = 5
 _SQUARE_DEEP_MIN_STEPS = 64
 _SQUARE_DEEP_MAX_WAVES = 3
@@ -469,6 +478,14 @@ def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: in
     return split is not None and split[0] == 0 and split[1] % tiles == 0
 
 
+def _splits_every_tile(cfg: TileConfig, m: int, n: int, k: int, budget: int, waves: int, rates: Rates,
+                       batch: int) -> bool:
+    """Whether a Stream-K plan with `cfg` splits every tile's K loop (no data-parallel tiles before them)."""
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch
+    split = streamk_split(tiles, math.ceil(k / cfg.block_k), budget, waves, rates)
+    return split is not None and split[0] == 0
+
+
 def _stage_cap(bm: int, bn: int, block_k: int, m: int, n: int, k: int, elem: int, batch: int, budget: int,
                spec: DeviceSpec, fma: bool, c_matrix: bool) -> int:
     """The most pipeline stages a (bm, bn, block_k) tile takes (shared memory may allow fewer): 3 for 128 x 256 tiles
@@ -564,7 +581,8 @@ def choose_config(
             continue
         hopper = bm * bn >= _HOPPER_PATH_MIN_TILE and not fma
         # persistent 5-stage 128 x 128 tiles run nearer the 128 x 256 tile's rate than the model's 4-stage ones
-        square_deep = spec.rates.square_deep_factor if stages == _SQUARE_DEEP_STAGES and bm == bn == 128 else 1.0
+        square5 = stages == _SQUARE_DEEP_STAGES and bm == bn == 128
+        square_deep = spec.rates.square_deep_factor if square5 else 1.0
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
         for schedule, waves in _candidates(schedules):
@@ -583,6 +601,9 @@ def choose_config(
             deep = fit >= _DEEP_STAGES and _deep_streamk(cfg, m, n, k, elem, budget, spec.rates, batch)
             if schedule == "streamk" and deep:
                 chosen, factor = dataclasses.replace(cfg, num_stages=_DEEP_STAGES), spec.rates.deep_factor
+            elif schedule == "streamk" and square5 and math.ceil(m / bm) > _SQUARE_SK_DEEP_MAX_ROWS \
+                    and _splits_every_tile(cfg, m, n, k, budget, waves, spec.rates, batch):
+                chosen = dataclasses.replace(cfg, num_stages=4)  # see _SQUARE_SK_DEEP_MAX_ROWS
             if schedule != "streamk":
                 factor *= square_deep
             cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec, waves, batch) * factor
