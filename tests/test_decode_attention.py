@@ -7,14 +7,17 @@ import torch
 from smgemm.tools.attention import decode_attention, paged_cache, reference_attention
 
 
-@pytest.mark.parametrize("warps,chunks", [(1, 1), (2, 1), (2, 2), (2, 4), (1, 4)])
-def test_paged_decode_attention_matches_sdpa(warps, chunks, device):
+@pytest.mark.parametrize("warps,chunks,parts", [(1, 1, 1), (2, 1, 1), (2, 2, 1), (2, 4, 1), (1, 4, 1), (1, 1, 2),
+                                               (1, 2, 2)])
+def test_paged_decode_attention_matches_sdpa(warps, chunks, parts, device):
     """Each warp's tokens of a page, and each chunk of a sequence's pages, keep their own running softmax, merged
-    at the end: chunks and warps that see no token (a sequence of one page, a last page of one token) weigh 0."""
+    at the end: chunks and warps that see no token (a sequence of one page, a last page of one token) weigh 0.
+    Pages read in parts (`parts`) take their blocks' rows from the same table entry."""
     q, k_cache, v_cache, table, lens = paged_cache(3, 2, 32, 100, page_size=32, device=device, seed=1)
     lens = torch.tensor([100, 9, 65], dtype=torch.int32, device=device)  # partial last pages, one of one token
     for programs in (1, 4, 64):  # persistent grids smaller and larger than the (sequence, KV head, chunk) items
-        out = decode_attention(q, k_cache, v_cache, table, lens, num_programs=programs, warps=warps, chunks=chunks)
+        out = decode_attention(q, k_cache, v_cache, table, lens, num_programs=programs, warps=warps, chunks=chunks,
+                               parts=parts)
         ref = reference_attention(q, k_cache, v_cache, table, lens)
         # bf16 output (half an ulp, 2^-9 relative) and probabilities rounded to bf16 before the PV product (each
         # term's weight off by <= 2^-9 relative: <= 2^-9 max|v| in all); fp32 softmax and sums are far below that
@@ -31,5 +34,9 @@ def test_refuses_what_it_cannot_read(device):
         decode_attention(q, k_cache.float(), v_cache, table, lens)
     with pytest.raises(ValueError, match="multiple of 16 tokens a warp"):
         decode_attention(q, k_cache, v_cache, table, lens, warps=2)
+    with pytest.raises(ValueError, match="parts must be a power of two"):
+        decode_attention(q, k_cache, v_cache, table, lens, warps=1, parts=3)
+    with pytest.raises(ValueError, match="in each of 2 parts"):
+        decode_attention(q, k_cache, v_cache, table, lens, warps=1, parts=2)
     with pytest.raises(ValueError, match="chunks must be a power of two"):
         decode_attention(q, k_cache, v_cache, table, lens, warps=1, chunks=3)

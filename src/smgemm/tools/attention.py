@@ -21,7 +21,13 @@ pipeline's depth: one program an SM with 5 to 8 stages pulled 1.09-1.10 TB/s fro
 three programs an SM (three chains) 2.19, each computing on one page while the next is in flight. Computing
 the next page's scores during this page's softmax (its K one iteration ahead of its V) did not shorten the chain:
 2.11 against 2.19 TB/s from 24 SMs with 3 programs of 2 warps, 1.25 against 1.10 with one program of 4 warps and 7
-stages (a one-off script, both kernels in one run on the tree of ea26e37).
+stages (a one-off script, both kernels in one run on the tree of ea26e37). The same loads without the attention
+(`benchmarks/sweep_attention.py --loads-only`: a per-page max in its place, 3 programs of one warp an SM) pulled
+2.98 TB/s from 24 SMs and 4.31 from 48, so this kernel reaches 0.73 of its access pattern's ceiling from 24 SMs and
+0.95 from 48 (a one-off script of the same kernels, one run on the tree of 7cef882). Shorter chains on half pages
+(`parts` 2: six programs of one warp an SM, 32 KB of shared memory each) pulled 2.31 TB/s from 24 SMs but 3.90 from
+48 (4.08 for the default); asking L2 for the pages 4-16 iterations ahead (`cp.async.bulk.prefetch.L2`, one thread a
+program) was slower everywhere: 1.86-1.88 TB/s from 24 SMs, 2.5-3.1 on the whole device (one run, tree of 7cef882).
 Sequences are split into chunks (`chunks`, merged by a second kernel) only where there are fewer items than
 programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36 SMs,
 4.10 against 4.41 on the whole device), since each item refills the pipeline.
@@ -50,9 +56,10 @@ def _decode_attention_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_ml_ptr, part_acc_ptr,
     batch, kv_heads, total_rows, max_pages, scale_log2, num_programs,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr,
-    CHUNKS: tl.constexpr, STAGES: tl.constexpr, INTERPRETER: tl.constexpr,
+    CHUNKS: tl.constexpr, STAGES: tl.constexpr, INTERPRETER: tl.constexpr, PARTS: tl.constexpr = 1,
 ):
-    SUB: tl.constexpr = PAGE // SPLIT  # a warp's tokens of each page
+    BLOCK: tl.constexpr = PAGE // PARTS  # tokens an iteration: a page in PARTS parts
+    SUB: tl.constexpr = BLOCK // SPLIT  # a warp's tokens of each block
     # the caches as [pages * kv_heads * page_size / SUB, SUB, head_dim]: one page of one head is SPLIT blocks of SUB
     # consecutive rows, loaded as one [SPLIT, SUB, head_dim] box
     k_desc = tl.make_tensor_descriptor(k_ptr, [total_rows // SUB, SUB, HEAD_DIM], [SUB * HEAD_DIM, HEAD_DIM, 1],
@@ -61,7 +68,7 @@ def _decode_attention_kernel(
                                        [SPLIT, SUB, HEAD_DIM])
     offs_g = tl.arange(0, GROUP_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
-    offs_t = tl.arange(0, SPLIT)[:, None] * SUB + tl.arange(0, SUB)[None, :]  # [SPLIT, SUB]: token in the page
+    offs_t = tl.arange(0, SPLIT)[:, None] * SUB + tl.arange(0, SUB)[None, :]  # [SPLIT, SUB]: token in the block
     for item in tl.range(tl.program_id(0), batch * kv_heads * CHUNKS, num_programs):
         chunk = item % CHUNKS
         b = item // CHUNKS // kv_heads
@@ -81,16 +88,17 @@ def _decode_attention_kernel(
         first = chunk * n_pages // CHUNKS
         last = (chunk + 1) * n_pages // CHUNKS
         page = tl.load(table_ptr + b * max_pages + tl.minimum(first, n_pages - 1))
-        for i in tl.range(first, last, num_stages=STAGES):
-            row = (page * kv_heads + h) * SPLIT
-            page = tl.load(table_ptr + b * max_pages + tl.minimum(i + 1, n_pages - 1))  # the next page's entry
+        for i in tl.range(first * PARTS, last * PARTS, num_stages=STAGES):
+            row = ((page * kv_heads + h) * PARTS + i % PARTS) * SPLIT
+            # the next block's page entry
+            page = tl.load(table_ptr + b * max_pages + tl.minimum((i + 1) // PARTS, n_pages - 1))
             b_k = k_desc.load([row, 0, 0])  # [SPLIT, SUB, HEAD_DIM]
             b_v = v_desc.load([row, 0, 0])
             if INTERPRETER:
                 s = tl.dot(q3, tl.permute(b_k.to(tl.float32), 0, 2, 1))
             else:
                 s = tl.dot(q3, tl.permute(b_k, 0, 2, 1))  # [SPLIT, GROUP_PAD, SUB]
-            s = tl.where((i * PAGE + offs_t < seq_len)[:, None, :], s * scale_log2, float("-inf"))
+            s = tl.where((i * BLOCK + offs_t < seq_len)[:, None, :], s * scale_log2, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=2))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a warp whose tokens so far are all past the end
             alpha = tl.exp2(m_i - m_use)
@@ -145,11 +153,12 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                      seq_lens: torch.Tensor, *, num_programs: int | None = None, stages: int = 3,
-                     warps: int = 2, chunks: int | None = None) -> torch.Tensor:
+                     warps: int = 2, chunks: int | None = None, parts: int = 1) -> torch.Tensor:
     """softmax(q K^T / sqrt(head_dim)) V for each sequence's one new token, GQA (q_heads a multiple of kv_heads),
     over the paged caches (layout in the module docstring). `num_programs`: the persistent grid (default two per
     SM of the device; in a green context of fewer SMs, pass `PARTITION_PROGRAMS_PER_SM` times its SM count).
-    `warps` split each page's tokens between them; `chunks` (a power of two) splits each sequence's pages, whose
+    `warps` split each page's tokens between them, `parts` (a power of two) each page into parts of as many tokens an
+    iteration (shorter chains, smaller stages); `chunks` (a power of two) splits each sequence's pages, whose
     states a second kernel merges (default: 1 where there are as many (sequence, KV head) items as programs, else
     enough for one item a program, at least 8 pages a chunk).
     bf16 in and out, fp32 softmax and accumulation."""
@@ -161,8 +170,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dtype != torch.bfloat16 or not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous bf16")
-    if page_size % (16 * warps):
-        raise ValueError(f"page_size ({page_size}) must be a multiple of 16 tokens a warp ({warps} warps)")
+    if parts < 1 or parts & (parts - 1):
+        raise ValueError(f"parts must be a power of two, got {parts}")
+    if page_size % (16 * warps * parts):
+        raise ValueError(f"page_size ({page_size}) must be a multiple of 16 tokens a warp ({warps} warps) "
+                         f"in each of {parts} parts")
     group = q_heads // kv_heads
     group_pad = max(16, triton.next_power_of_2(group))
     out = torch.empty_like(q)
@@ -189,7 +201,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             batch, kv_heads, pages * kv_heads * page_size, block_table.shape[1],
             math.log2(math.e) / math.sqrt(head_dim), grid,
             GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, PAGE=page_size, SPLIT=warps, CHUNKS=chunks,
-            STAGES=stages, INTERPRETER=interpreter, num_warps=warps,
+            STAGES=stages, INTERPRETER=interpreter, PARTS=parts, num_warps=warps,
         )
     finally:
         _allocation._allocator.reset(token)
