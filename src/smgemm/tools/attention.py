@@ -22,12 +22,13 @@ three programs an SM (three chains) 2.19, each computing on one page while the n
 the next page's scores during this page's softmax (its K one iteration ahead of its V) did not shorten the chain:
 2.11 against 2.19 TB/s from 24 SMs with 3 programs of 2 warps, 1.25 against 1.10 with one program of 4 warps and 7
 stages (a one-off script, both kernels in one run on the tree of ea26e37). The same loads without the attention
-(`benchmarks/sweep_attention.py --loads-only`: a per-page max in its place, 3 programs of one warp an SM) pulled
-2.98 TB/s from 24 SMs and 4.31 from 48, so this kernel reaches 0.73 of its access pattern's ceiling from 24 SMs and
-0.95 from 48 (a one-off script of the same kernels, one run on the tree of 7cef882). Shorter chains on half pages
-(`parts` 2: six programs of one warp an SM, 32 KB of shared memory each) pulled 2.31 TB/s from 24 SMs but 3.90 from
-48 (4.08 for the default); asking L2 for the pages 4-16 iterations ahead (`cp.async.bulk.prefetch.L2`, one thread a
-program) was slower everywhere: 1.86-1.88 TB/s from 24 SMs, 2.5-3.1 on the whole device (one run, tree of 7cef882).
+(a per-page max in its place, one warp a program) pulled 3.10 TB/s from 24 SMs and 4.44 from 48 with 3 programs an
+SM, so this kernel reaches 0.71 of its access pattern's ceiling from 24 SMs (2.19 TB/s) and 0.95 from 48 (4.20);
+shorter chains on half pages (`parts` 2: six programs of one warp an SM, 32 KB of shared memory each) pulled 2.29
+TB/s from 24 SMs but 3.95 from 48 (`PYTHONPATH=src python benchmarks/sweep_attention.py --sms 24,48 --loads-only`,
+tree of 36cf42e). Asking L2 for the pages 4-16 iterations ahead (`cp.async.bulk.prefetch.L2`, one thread a
+program) was slower everywhere: 1.86-1.88 TB/s from 24 SMs, 2.5-3.1 on the whole device (a one-off variant of this
+kernel, one run on the tree of 7cef882).
 Sequences are split into chunks (`chunks`, merged by a second kernel) only where there are fewer items than
 programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36 SMs,
 4.10 against 4.41 on the whole device), since each item refills the pipeline.
