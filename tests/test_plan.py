@@ -636,11 +636,28 @@ def test_mxfp4_hopper_layout_plans():
         assert budget.config.block_m == 128 and budget.num_programs <= 66
 
 
+def test_batched_256_row_tiles_on_the_whole_chip_where_they_make_fewer_rounds():
+    """On the whole device a batched 16-bit product without a C matrix, N > 128, runs persistent 256 x 128 tiles where
+    they make fewer rounds than 128 x 256 ones (64 x 512 x 1408 x 2048: 1408 tiles, 11 rounds, against 1536 and 12),
+    and 128 x 256 tiles in as many rounds (64 x 256 x 1408 x 4096, 8 x 2048 x 1408 x 1408), with a C matrix, or in
+    fp8."""
+    for m, n, k, batch in ((512, 1408, 2048, 64), (1024, 1408, 8192, 64), (2048, 1408, 1408, 16)):
+        plan = make_plan(m, n, k, torch.bfloat16, H200, batch=batch)
+        cfg = plan.config
+        assert (plan.schedule, cfg.block_m, cfg.block_n, cfg.num_stages) == ("persistent", 256, 128, 4), (m, n, k)
+    for m, n, k, batch, dtype, c in ((256, 1408, 4096, 64, torch.bfloat16, False),
+                                     (2048, 1408, 1408, 8, torch.bfloat16, False),
+                                     (1024, 1408, 1408, 64, torch.bfloat16, True),
+                                     (512, 1408, 2048, 64, torch.float8_e4m3fn, False)):
+        cfg = make_plan(m, n, k, dtype, H200, batch=batch, c_matrix=c).config
+        assert (cfg.block_m, cfg.block_n) != (256, 128), (m, n, k, batch, dtype, c)
+
+
 def test_batched_tiles_of_one_column():
     """Batched products with N <= 128: 256 x 128 tiles (4 stages) under an SM budget, 128 x 128 tiles with 256-byte
     K steps on the whole device; a single product never takes 256 x 128 tiles (measured only batched). Wider batched
-    products under a budget take them where N leaves half a 256-wide tile (fewer tile rounds than 128 x 256), and
-    128 x 256 tiles otherwise."""
+    products take them where N leaves half a 256-wide tile (fewer tile rounds than 128 x 256), and 128 x 256 tiles
+    otherwise."""
     for budget in (32, 64):
         cfg = make_plan(256, 1408, 4096, torch.bfloat16, H200, batch=64, num_sms=budget).config
         assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages) == (256, 128, 8, 4)

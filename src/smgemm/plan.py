@@ -77,14 +77,21 @@ OUTPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # (BLOCK_M, BLOCK_N, num_warps), largest first.
 _CANDIDATE_TILES = (
     (128, 256, 8),
-    # Batched products under an SM budget only, with 4 stages. On the H200 (python -m smgemm bench --batched, both
-    # sides in one 64-SM green context) 32 x 2048 x 128 x 2048 ran 0.96 -> 1.17x of torch.bmm and 8 x 4096 x 128 x 4096
-    # 0.78 -> 0.96x against 128 x 128 x 128 tiles. After 128 x 256 they win only where the model counts fewer tile
-    # rounds, i.e. where N leaves half a 256-wide tile: 64 x 256 x 1408 x 4096 ran 0.90 -> 0.98x on 32 SMs and 0.93 ->
-    # 1.02x on 64, 64 x 512 x 1408 x 2048 0.92 -> 1.00x and 0.94 -> 1.03x, 8 x 2048 x 1408 x 1408 0.85 -> 0.90x and
-    # 0.87 -> 0.93x, each against torch.bmm in the same green context (the 4 stages of _BATCHED_DEEP_MIN_K included;
-    # the batched table of docs/performance.md). On the whole chip they were 1-6% slower than 128 x 128 x 128 tiles
-    # on N <= 128, and 6-10% slower than 128 x 256 ones on single products (4096^3, 8192^3).
+    # Batched products only, with 4 stages. On the H200 (python -m smgemm bench --batched, both sides in one 64-SM green
+    # context) 32 x 2048 x 128 x 2048 ran 0.96 -> 1.17x of torch.bmm and 8 x 4096 x 128 x 4096 0.78 -> 0.96x against 128
+    # x 128 x 128 tiles. After 128 x 256 they win only where the model counts fewer tile rounds, i.e. where N leaves
+    # half a 256-wide tile: 64 x 256 x 1408 x 4096 ran 0.90 -> 0.98x on 32 SMs and 0.93 -> 1.02x on 64, 64 x 512 x 1408
+    # x 2048 0.92 -> 1.00x and 0.94 -> 1.03x, 8 x 2048 x 1408 x 1408 0.85 -> 0.90x and 0.87 -> 0.93x, each against
+    # torch.bmm in the same green context (the 4 stages of _BATCHED_DEEP_MIN_K included; the batched table of
+    # docs/performance.md). On the whole chip they are candidates for 16-bit products without a C matrix and with N >
+    # 128, persistent: where they make fewer rounds (benchmarks/sweep_configs.py, "256x128x64 w8 s4 tma" against the
+    # planner's 128 x 256 tiles, two runs of one day) 64 x 1024 x 1408 x 8192 ran 2440 -> 2230 us, 32 x 1024 x 1408 x
+    # 4096 525 -> 498, 64 x 512 x 1408 x 4096 530 -> 511, 64 x 512 x 1408 x 2048 273 -> 264, 16 x 2048 x 1408 x 1408 193
+    # -> 187, 64 x 2048 x 1408 x 1408 756 -> 733, 32 x 2048 x 1408 x 512 169 -> 164, 64 x 512 x 1408 x 512 88.6 -> 86.2;
+    # in as many rounds they were slower (8 x 2048 x 1408 x 1408 105 against 100 us, 64 x 256 x 1408 x 4096 285 against
+    # 275), as with a C matrix (64 x 1024 x 1408 x 1408: 454 against 451) and over Stream-K grids (9-23% slower). They
+    # were 1-6% slower than 128 x 128 x 128 tiles on N <= 128, and 6-10% slower than 128 x 256 ones on single products
+    # (4096^3, 8192^3).
     (256, 128, 8),
     (128, 128, 8),
     # 64 x 128 before 128 x 64: where the model rates them the same (the first wins a tie), 64 x 128 ran faster on
@@ -229,11 +236,11 @@ _BATCHED_DEEP_MIN_K = 256
 # loops over more waves were level or slower with the 5-stage tiles the factor would pick (1024 x 14336 x 8192 1.026x
 # the time, 512 x 28672 x 8192 1.008x, copied operands of random draws 1.01-1.14x), so they keep 4.
 # Stream-K plans that split every tile (no data-parallel wave before the split ones) over more than
-# _SQUARE_SK_DEEP_MAX_ROWS rows of tiles keep 4 stages. On the H200 (benchmarks/sweep_configs.py, "128x128x64 w8 s5
-# tma whole sk;128x128x64 w8 s4 tma whole sk", twice in one run, on every problem of the suites, random draws 0-7 and
-# a Llama-like grid whose plan is such), with 4 stages 950 x 2107 x 6940 ran 102 -> 95.8 us, 3463 x 584 x 6203 101 -> 98.2,
-# 1570 x 577 x 14363 115 -> 112, 2164 x 322 x 12512 57.5 -> 56.2, 1024 x 1024 x 16384 59.7 -> 58.7 (67.0 -> 58.1 in
-# another run), and six more 0.2-1.9% faster or level; with two rows of tiles, where each panel of B feeds two tiles,
+# _SQUARE_SK_DEEP_MAX_ROWS rows of tiles keep 4 stages. On the H200 (benchmarks/sweep_configs.py, "128x128x64 w8 s5 tma
+# whole sk;128x128x64 w8 s4 tma whole sk", twice in one run, on every problem of the suites, random draws 0-7 and a
+# Llama-like grid whose plan is such), with 4 stages 950 x 2107 x 6940 ran 102 -> 95.8 us, 3463 x 584 x 6203 101 ->
+# 98.2, 1570 x 577 x 14363 115 -> 112, 2164 x 322 x 12512 57.5 -> 56.2, 1024 x 1024 x 16384 59.7 -> 58.7 (67.0 -> 58.1
+# in another run), and six more 0.2-1.9% faster or level; with two rows of tiles, where each panel of B feeds two tiles,
 # 5 stages stay faster: 256 x 10240 x 8192 82.0 against 89.0, 256 x 4096 x 14336 53.0 against 58.0, 256 x 10240 x 4096
 # 48.2 against 51.1, 256 x 4096 x 8192 36.8 against 39.8, 207 x 5427 x 11551 166 against 167.
 _SQUARE_SK_DEEP_MAX_ROWS = 2
@@ -555,7 +562,8 @@ def choose_config(
             continue
         thin = wide_rows and m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 \
             and not fma  # only dense Stream-K plans take these tiles (see _MIN_ROWS_ABOVE_STREAMING)
-        if (bm, bn) == (256, 128) and (batch == 1 or fma or budget >= spec.num_sms):
+        whole = budget >= spec.num_sms
+        if (bm, bn) == (256, 128) and (batch == 1 or fma or (whole and (elem != 2 or c_matrix or n <= 128))):
             continue  # 256 x 128: see _CANDIDATE_TILES
         largest = bm * bn >= 128 * 256
         if skinny and largest and math.ceil(m / bm) * math.ceil(n / bn) < 0.8 * budget:
@@ -586,7 +594,8 @@ def choose_config(
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
         for schedule, waves in _candidates(schedules):
-            if (skinny and (largest or (bm * bn == 128 * 128 and not fma)) and schedule == "streamk") or \
+            if ((bm, bn) == (256, 128) and whole and schedule == "streamk") or \
+                    (skinny and (largest or (bm * bn == 128 * 128 and not fma)) and schedule == "streamk") or \
                     (thin and (not dense or schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
             chosen, factor = cfg, 1.0
