@@ -557,13 +557,13 @@ def choose_config(
     one_row = one_row and m <= _ONE_ROW_MAX_M
     best, best_cost = None, math.inf
     tall_first = fma or (elem == 1 and m > _SKINNY_MAX_M) or not dense
+    whole_chip = budget >= spec.num_sms
     for bm, bn, warps in _TALL_FIRST if tall_first else _CANDIDATE_TILES:
         if bm > max_m or bn > max_n or (one_row and bm < max_m) or (fma and bm * bn > _FMA_MAX_TILE):
             continue
         thin = wide_rows and m > _STREAMING_MAX_M and bm < _MIN_ROWS_ABOVE_STREAMING and max_n >= 64 and elem == 2 \
             and not fma  # only dense Stream-K plans take these tiles (see _MIN_ROWS_ABOVE_STREAMING)
-        whole = budget >= spec.num_sms
-        if (bm, bn) == (256, 128) and (batch == 1 or fma or (whole and (elem != 2 or c_matrix or n <= 128))):
+        if (bm, bn) == (256, 128) and (batch == 1 or fma or (whole_chip and (elem != 2 or c_matrix or n <= 128))):
             continue  # 256 x 128: see _CANDIDATE_TILES
         largest = bm * bn >= 128 * 256
         if skinny and largest and math.ceil(m / bm) * math.ceil(n / bn) < 0.8 * budget:
@@ -594,7 +594,7 @@ def choose_config(
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
         for schedule, waves in _candidates(schedules):
-            if ((bm, bn) == (256, 128) and whole and schedule == "streamk") or \
+            if ((bm, bn) == (256, 128) and whole_chip and schedule == "streamk") or \
                     (skinny and (largest or (bm * bn == 128 * 128 and not fma)) and schedule == "streamk") or \
                     (thin and (not dense or schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
