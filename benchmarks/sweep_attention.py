@@ -55,6 +55,8 @@ def _loads_only_kernel(k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, batch, kv_hea
 
 
 def loads_only(k_cache, v_cache, block_table, seq_lens, num_programs: int, stages: int) -> torch.Tensor:
+    """`_loads_only_kernel` over decode_attention's caches on a persistent grid of `num_programs`: [batch * kv_heads,
+    head_dim] float32 sums of the per-page maxima."""
     pages, kv_heads, page_size, head_dim = k_cache.shape
     out = torch.empty(block_table.shape[0] * kv_heads, head_dim, device=k_cache.device)
     token = _allocation._allocator.set(  # the device-built descriptors' scratch, for this launch only

@@ -61,8 +61,8 @@ def _decode_attention_kernel(
 ):
     BLOCK: tl.constexpr = PAGE // PARTS  # tokens an iteration: a page in PARTS parts
     SUB: tl.constexpr = BLOCK // SPLIT  # a warp's tokens of each block
-    # the caches as [pages * kv_heads * page_size / SUB, SUB, head_dim]: one page of one head is SPLIT blocks of SUB
-    # consecutive rows, loaded as one [SPLIT, SUB, head_dim] box
+    # the caches as [pages * kv_heads * page_size / SUB, SUB, head_dim]: one page of one head is PARTS * SPLIT blocks of
+    # SUB consecutive rows, an iteration's part of it loaded as one [SPLIT, SUB, head_dim] box
     k_desc = tl.make_tensor_descriptor(k_ptr, [total_rows // SUB, SUB, HEAD_DIM], [SUB * HEAD_DIM, HEAD_DIM, 1],
                                        [SPLIT, SUB, HEAD_DIM])
     v_desc = tl.make_tensor_descriptor(v_ptr, [total_rows // SUB, SUB, HEAD_DIM], [SUB * HEAD_DIM, HEAD_DIM, 1],
