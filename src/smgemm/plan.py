@@ -480,17 +480,17 @@ def _deep_streamk(cfg: TileConfig, m: int, n: int, k: int, elem: int, budget: in
     part of one tile's K-loop, `_aligned_programs`)."""
     if elem > 2 or cfg.tma or (cfg.block_m, cfg.block_n) != (64, 128) or cfg.block_k * elem != 128:
         return False
-    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch
-    split = streamk_split(tiles, math.ceil(k / cfg.block_k), budget, rates=rates)
-    return split is not None and split[0] == 0 and split[1] % tiles == 0
+    tiles, programs = _every_tile_split(cfg, m, n, k, budget, 1, rates, batch)
+    return programs > 0 and programs % tiles == 0
 
 
-def _splits_every_tile(cfg: TileConfig, m: int, n: int, k: int, budget: int, waves: int, rates: Rates,
-                       batch: int) -> bool:
-    """Whether a Stream-K plan with `cfg` splits every tile's K loop (no data-parallel tiles before them)."""
+def _every_tile_split(cfg: TileConfig, m: int, n: int, k: int, budget: int, waves: int, rates: Rates,
+                      batch: int) -> tuple[int, int]:
+    """(tiles, programs) of a Stream-K plan with `cfg` that splits every tile's K loop (no data-parallel tiles before
+    them); programs 0 where the plan is not such."""
     tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch
     split = streamk_split(tiles, math.ceil(k / cfg.block_k), budget, waves, rates)
-    return split is not None and split[0] == 0
+    return tiles, split[1] if split is not None and split[0] == 0 else 0
 
 
 def _stage_cap(bm: int, bn: int, block_k: int, m: int, n: int, k: int, elem: int, batch: int, budget: int,
@@ -611,7 +611,7 @@ def choose_config(
             if schedule == "streamk" and deep:
                 chosen, factor = dataclasses.replace(cfg, num_stages=_DEEP_STAGES), spec.rates.deep_factor
             elif schedule == "streamk" and square5 and math.ceil(m / bm) > _SQUARE_SK_DEEP_MAX_ROWS \
-                    and _splits_every_tile(cfg, m, n, k, budget, waves, spec.rates, batch):
+                    and _every_tile_split(cfg, m, n, k, budget, waves, spec.rates, batch)[1]:
                 chosen = dataclasses.replace(cfg, num_stages=4)  # see _SQUARE_SK_DEEP_MAX_ROWS
             if schedule != "streamk":
                 factor *= square_deep
