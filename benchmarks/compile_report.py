@@ -48,13 +48,14 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
                     mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp",
                     use_int64=False, scales=False, input_precision="tf32", out="bf16", c="fp32", c_row=False,
-                    whole_store=False, vec=1, mask_m=False, one_row=False):
+                    whole_store=False, vec=1, mask_m=False, one_row=False, clamp=False):
     """gemm_kernel compiled for sm_90 as a launch with these operands and plan would build it (`scales`: fp8's
     per-row / per-column scales; `out` / `c`: the output's and C's dtypes, `c_row`: C one row broadcast over M (a
     bias); an fp16 `dtype` with `b_mx` is the MX_FP16 route; `vec`: the alignment, in elements, of the K-contiguous
     rows of operands read through pointers, as `_launch.vector_elements` gives it; `mask_m`: A has at most a quarter
     of the tile's rows, read through pointers, as `_launch.static_args` gives MASK_M; `one_row`: an MXFP4 weight's
-    activations are one row, ONE_ROW)."""
+    activations are one row, ONE_ROW; `clamp`: the last row and column of tiles end at the edge, CLAMP_M and
+    CLAMP_N)."""
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -74,7 +75,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                   BATCHED=batched,
                   A_VEC=vec if not (a_mx or tma) and layout[0] == "n" else 1,
                   B_VEC=vec if not (b_mx or tma) and layout[1] == "t" else 1,
-                  MASK_M=mask_m and not (a_mx or b_mx or tma), ONE_ROW=one_row and b_mx and not a_mx)
+                  MASK_M=mask_m and not (a_mx or b_mx or tma), ONE_ROW=one_row and b_mx and not a_mx,
+                  CLAMP_M=clamp, CLAMP_N=clamp)
     absent = {"smid_ptr"} | (set() if scales else {"sa_ptr", "sb_ptr"}) | (set() if has_c else {"c_ptr"}) | (
         set() if a_mx else {"mxa_ptr"}) | (set() if b_mx else {"mxb_ptr"}) | (set() if streamk else {"ws_ptr"})
     signature, attrs = {}, {}

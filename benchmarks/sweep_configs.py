@@ -1,13 +1,14 @@
-"""Time chosen tile configurations against the planner's choice and torch on a few shapes (GPU): the measurements
-behind the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [whole] [pers|sk|dp] [noalign]"
-(BK in elements; tma = TMA loads + TMA store + flattened loop; whole = with tma, one TMA store a tile rather than two
-halves; default schedule pers; noalign = Stream-K split evenly over the whole budget, not over a grid aligned to the
-tiles; MXFP4 GEMMs also take "swap" (W @ A^T) and "prefetch", see benchmarks/sweep_mxfp4.py). A shape of four
-numbers, BxMxNxK, is a batched product (smgemm.bmm against torch.bmm on [B, M, K] @ [B, K, N]); a trailing "u"
-(MxNxKu) reads the operands from buffers one column wider, as the random suite's odd problems do; a trailing "c"
-(after any "u") adds a C matrix of the output's shape, against torch.addmm / torch.baddbmm. "stage" / "nostage"
-copy operands whose rows the tile cannot read at full speed into aligned buffers first, or read them in place
-(`smgemm.plan.overrides(stage=...)`; without either the planner weighs the copy). A variant "auto ..." is the
+"""Time chosen tile configurations against the planner's choice and torch on a few shapes (GPU): the measurements behind
+the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [whole] [pers|sk|dp] [noalign]" (BK in
+elements; tma = TMA loads + TMA store + flattened loop; whole = with tma, one TMA store a tile rather than two halves;
+default schedule pers; noalign = Stream-K split evenly over the whole budget, not over a grid aligned to the tiles;
+noclamp = the last row and column of tiles start where a tile would, never a tile before the edge
+(`smgemm._launch.edge_tiles_clamped`); MXFP4 GEMMs also take "swap" (W @ A^T) and "prefetch", see
+benchmarks/sweep_mxfp4.py). A shape of four numbers, BxMxNxK, is a batched product (smgemm.bmm against torch.bmm on [B,
+M, K] @ [B, K, N]); a trailing "u" (MxNxKu) reads the operands from buffers one column wider, as the random suite's odd
+problems do; a trailing "c" (after any "u") adds a C matrix of the output's shape, against torch.addmm / torch.baddbmm.
+"stage" / "nostage" copy operands whose rows the tile cannot read at full speed into aligned buffers first, or read them
+in place (`smgemm.plan.overrides(stage=...)`; without either the planner weighs the copy). A variant "auto ..." is the
 planner's own plan with the words that follow (e.g. "auto nostage").
 
     PYTHONPATH=src python benchmarks/sweep_configs.py --shapes 128x8192x8192 \\
@@ -74,6 +75,12 @@ def unaligned_streamk():
     return smgemm.overrides(rates=dataclasses.replace(smgemm.Rates(), sk_align_fill=float("inf")))
 
 
+def unclamped():
+    """Launches made inside start the last row and column of tiles where a tile would, past the previous tile's end
+    (no `smgemm._launch.edge_tiles_clamped`): the variant word "noclamp"."""
+    return patched(smgemm._launch, edge_tiles_clamped=lambda *args, **kwargs: (False, False))
+
+
 def fixed_plan(plan):
     """smgemm.gemm runs `plan` whatever it is asked (a tile and schedule alone leave the rest to the model)."""
     return patched(smgemm._gemm, decide=lambda *args, **kwargs: plan)
@@ -110,6 +117,7 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
             words = name.split()
             staging = True if "stage" in words else False if "nostage" in words else None
             with unaligned_streamk() if "noalign" in words else contextlib.nullcontext(), \
+                    unclamped() if "noclamp" in words else contextlib.nullcontext(), \
                     smgemm.plan.overrides(stage=staging):
                 err, t = run(kw)
             row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,

@@ -75,6 +75,58 @@ def test_fewer_rows_than_a_tile_mask_them(dtype, schedule, device):
         assert not static_args(plan, Operands(a, b, gemm(a, b, config=tma)), 0, 0, False)[1]["MASK_M"]
 
 
+@pytest.mark.parametrize("tma", [False, True])
+@pytest.mark.parametrize("dtype", ["fp16", "fp8"])
+def test_edge_tiles_end_at_the_edge(dtype, tma, device):
+    """Whole tiles over a long K loop, without a C matrix: the last row and column of tiles start one tile before the
+    edge (`_launch.edge_tiles_clamped`), overlapping the tiles before them. Every element is right (rows and columns
+    shared by two tiles, a bias and fp8's per-row and per-column scales at the shifted rows and columns, a K tail, a
+    batch), out's neighbours in a wider buffer are untouched, and plans with split tiles, a C matrix or a short K loop
+    keep their tiles in place."""
+    from smgemm._launch import Operands, static_args
+
+    fp8 = dtype == "fp8"
+    # 3 x 2 tiles; the last row starts at 48 (not 64), the last column at 32 (not 64): 16-element multiples
+    cfg = TileConfig(32, 64, 32 if fp8 else 16, num_warps=4, num_stages=2, tma=tma, tma_store=tma)
+    spec = device_spec(torch.device(device))
+    m, n, k = 70, 90, 520
+    out_dtype = torch.bfloat16 if fp8 else torch.float16
+
+    def clamps(plan, a, b, out, c=None, scale_a=None, scale_b=None):
+        meta = static_args(plan, Operands(a, b, out, c, scale_a, scale_b), 0, 0, False)[1]
+        return meta["CLAMP_M"], meta["CLAMP_N"]
+
+    a, b = Case(m, n, k, dtype, "nt").operands(device)
+    sa = torch.rand(m, 1, device=device) + 0.5 if fp8 else None
+    sb = torch.rand(1, n, device=device) + 0.5 if fp8 else None
+    bias = torch.arange(n, dtype=out_dtype, device=device) * 0.25
+    for schedule, num_sms in (("data_parallel", None), ("persistent", 3)):
+        big = torch.full((m, n + 24), float("nan"), dtype=out_dtype, device=device)
+        out = big[:, 8:8 + n]
+        plan = make_plan(m, n, k, a.dtype, spec, schedule=schedule, num_sms=num_sms, config=cfg)
+        assert clamps(plan, a, b, out, bias.expand(m, n), sa, sb) == (True, True)
+        gemm(a, b, c=bias, out=out, scale_a=sa, scale_b=sb, schedule=schedule, num_sms=num_sms, config=cfg)
+        assert_gemm_close(out, a, b, beta=1.0, c=bias, scale_a=sa, scale_b=sb)
+        assert big[:, :8].isnan().all() and big[:, 8 + n:].isnan().all()
+    plan = make_plan(m, n, k, a.dtype, spec, schedule="streamk", num_sms=7, config=cfg)
+    assert plan.sk_tiles
+    out = gemm(a, b, scale_a=sa, scale_b=sb, schedule="streamk", num_sms=7, config=cfg)
+    assert_gemm_close(out, a, b, scale_a=sa, scale_b=sb)
+    assert clamps(plan, a, b, out, None, sa, sb) == (False, False)
+    if fp8:
+        return
+    a3, b3 = randn((2, m, k), torch.float16, device), randn((2, k, n), torch.float16, device)
+    out3 = gemm(a3, b3, num_sms=3, config=cfg, schedule="persistent")
+    for i in range(2):
+        assert_gemm_close(out3[i], a3[i], b3[i])
+    c = randn((m, n), torch.float16, device)
+    plan = make_plan(m, n, k, a.dtype, spec, schedule="persistent", num_sms=3, config=cfg, c_matrix=True)
+    assert clamps(plan, a, b, c, c) == (False, False)
+    a, b = Case(m, n, 72, "fp16", "nt").operands(device)  # a short K loop
+    plan = make_plan(m, n, 72, a.dtype, spec, schedule="persistent", num_sms=3, config=cfg)
+    assert clamps(plan, a, b, gemm(a, b, config=cfg)) == (False, False)
+
+
 def test_out_dtype_override(device):
     a, b = Case(20, 30, 40, "bf16", "nt").operands(device)
     out = smgemm.matmul(a, b, out_dtype=torch.float32)

@@ -17,6 +17,7 @@ from smgemm.plan import (
     SCHEDULES,
     TileConfig,
     _iteration,
+    clamps_edge_tiles,
     element_bytes,
     make_mx_plan,
     make_plan,
@@ -777,3 +778,21 @@ def test_tiles_above_m_64_have_at_least_64_rows():
     # Where no 64-row tile fits its shared memory (64 KB a block: 128 x 128 elements of 2 bytes a stage, two stages
     # beside the reserve), 32-row ones run.
     assert make_plan(100, 4096, 4096, torch.float16, SMEM_64K).config.block_m == 32
+
+
+def test_edge_tiles_end_at_the_edge_over_long_k_loops_of_tiles_up_to_128_x_128():
+    """`clamps_edge_tiles`: the planner's persistent 128 x 128 plans of M = 160-240 (mostly empty edge tiles, 0.60-0.97x
+    the time clamped) end their last row of tiles at M; short K loops (their stores repeat on the shared rows), larger
+    tiles, other element sizes and whole last tiles keep tiles in place."""
+    for m in (160, 192, 200, 240):
+        plan = make_plan(m, 8192, 8192, torch.bfloat16, H200)
+        assert (plan.schedule, plan.config.block_m, plan.config.block_n) == ("persistent", 128, 128)
+        assert clamps_edge_tiles(plan.config, m, 8192, 8192, 2) == (True, False)
+    square = TileConfig(128, 128, 64)
+    assert clamps_edge_tiles(square, 300, 14300, 4096, 2) == (True, True)
+    assert clamps_edge_tiles(square, 300, 14300, 511, 2) == (False, False)
+    assert clamps_edge_tiles(square, 300, 14300, 4096, 1) == (True, True)  # fp8
+    assert clamps_edge_tiles(square, 300, 14300, 4096, 4) == (False, False)  # fp32: not measured
+    assert clamps_edge_tiles(square, 256, 100, 4096, 2) == (False, False)  # whole rows; N within one tile
+    assert clamps_edge_tiles(TileConfig(64, 64, 64), 90, 100, 512, 2) == (True, True)
+    assert clamps_edge_tiles(TileConfig(128, 256, 64), 300, 14300, 4096, 2) == (False, False)

@@ -16,7 +16,7 @@ from ._device import device_spec
 from .kernels.gemm import gemm_kernel
 from .kernels.stage import stage_kernel
 from .mxfp4 import MXFP4Tensor
-from .plan import Plan, TileConfig
+from .plan import Plan, TileConfig, clamps_edge_tiles
 
 
 class Operands(NamedTuple):
@@ -113,7 +113,23 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
         MASK_M=not (a_mx or b_mx or batched) and a_mode == 0 and 4 * out.shape[0] <= cfg.block_m,
         ONE_ROW=b_mx and not a_mx and a_mode == 0 and out.shape[0] == 1,  # an MXFP4 weight's one-row A (`k_loop_mx`)
     )
+    meta["CLAMP_M"], meta["CLAMP_N"] = edge_tiles_clamped(plan, ints[0], 1 if a_mx else a.element_size(),
+                                                          dense=not (a_mx or b_mx),
+                                                          c_matrix=c is not None and stride_cm != 0)
     return ints, meta
+
+
+def edge_tiles_clamped(plan: Plan, shape: tuple[int, int, int], elem: int, dense: bool,
+                       c_matrix: bool) -> tuple[bool, bool]:
+    """Whether the last row (column) of tiles of an (M, N, K) `shape` starts at M - BLOCK_M (N - BLOCK_N) rather than
+    past the previous tile's end (`kernels.gemm._origin`): where the planner asks for it (`plan.clamps_edge_tiles`)
+    and it is safe. The rows (columns) two tiles share are computed twice, alike, and written twice; so not with
+    split tiles (a split tile's sum may differ in its last bit from a whole one's, and the shared rows would depend
+    on which store lands last), nor with a C matrix (`out` may be C itself, which the second tile would read after
+    the first wrote it), nor with MXFP4 operands (their tiles keep their measured layout)."""
+    if not dense or c_matrix or plan.sk_tiles:
+        return False, False
+    return clamps_edge_tiles(plan.config, *shape, elem)
 
 
 _READS = ("pointers", "stored", "transposed")  # the kernel's A_DESC / B_DESC for each tma_mode

@@ -259,6 +259,19 @@ _SQUARE_DEEP_MIN_FILL = 0.95
 # 33.8), so the rule starts above _SKINNY_SQUARE_MIN_M rows.
 _SKINNY_SQUARE_MIN_FILL = 0.6
 _SKINNY_SQUARE_MIN_M = 96
+# The last row (column) of tiles may start a tile before the edge instead of past the previous tile's end
+# (`kernels.gemm._origin`, where `_launch.edge_tiles_clamped` allows it), so that its loads lie inside the operand. On
+# the H200 an edge tile whose rows are mostly past M slowed persistent 128 x 128 plans, the tiles that share its B
+# panel drifting apart from it: bf16 8192 x 8192 x K = 8192 took 89.5 / 75.4 / 69.0 us at M = 160 / 192 / 200 and
+# 51.9 / 52.5 / 52.4 with the edge tiles clamped (54.9 at M = 256), 300 x 14336 x 4096 99.1 -> 72.1. Timed both ways
+# in one run (a one-off script patching `_launch.edge_tiles_clamped`, docs/performance.md "Edge tiles"), over random
+# draws 2-3 and mid sizes: with K >= 512 and tiles of at most 128 x 128, bf16 0.58-1.02x the time (geometric mean
+# 0.90, 20 problems), fp16 0.64-1.02x (0.91), fp8 0.72-1.02x (0.97, 25); 128 x 256 tiles 0.95-1.02x, so they keep
+# their tiles in place; and short K loops, whose time is the stores that clamped tiles repeat on the shared rows,
+# 0.97-1.12x (225 x 8214 x 115 7.9 -> 8.7 us, 1151 x 1339 x 68 5.6 -> 6.2). fp32 was not measured.
+_CLAMP_MIN_K = 512
+_CLAMP_MAX_TILE = 128 * 128
+_CLAMP_ELEMENT_BYTES = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -631,6 +644,15 @@ def choose_config(
     if whole_store_fits(cfg, elem, spec):
         cfg = dataclasses.replace(cfg, whole_store=True)
     return cfg, schedule, waves
+
+
+def clamps_edge_tiles(cfg: TileConfig, m: int, n: int, k: int, elem: int) -> tuple[bool, bool]:
+    """Whether tile `cfg` ends its last row (column) of tiles at the edge of M (N) for speed (`_CLAMP_MIN_K`): where
+    M (N) leaves a partial tile past a whole one, for 1- and 2-byte operands (`elem`), tiles of at most
+    `_CLAMP_MAX_TILE` elements and K loops of at least `_CLAMP_MIN_K`."""
+    if elem not in _CLAMP_ELEMENT_BYTES or k < _CLAMP_MIN_K or cfg.block_m * cfg.block_n > _CLAMP_MAX_TILE:
+        return False, False
+    return m > cfg.block_m and m % cfg.block_m != 0, n > cfg.block_n and n % cfg.block_n != 0
 
 
 def whole_store_fits(cfg: TileConfig, elem: int, spec: DeviceSpec) -> bool:

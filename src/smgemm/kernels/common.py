@@ -352,10 +352,11 @@ def _pair_byte(t):
 
 
 @triton.jit
-def wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_INT64: tl.constexpr):
-    """Row and column indices of tile (pid_m, pid_n), wrapped (`% M`, `% N`) so that loads need no M/N mask."""
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+def wrapped_offsets(row, col, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_INT64: tl.constexpr):
+    """Row and column indices of the tile whose first row and column are (row, col), wrapped (`% M`, `% N`) so that
+    loads need no M/N mask."""
+    offs_m = (row + tl.arange(0, BLOCK_M)) % M
+    offs_n = (col + tl.arange(0, BLOCK_N)) % N
     if USE_INT64:
         offs_m = offs_m.to(tl.int64)
         offs_n = offs_n.to(tl.int64)
@@ -364,14 +365,15 @@ def wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
 
 @triton.jit
 def k_loop(
-    a_ptr, b_ptr, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix, iter_start, iter_end,
+    a_ptr, b_ptr, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, row, col, matrix, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
     MX_SWAP: tl.constexpr, MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr, STREAMK: tl.constexpr = False,
     A_VEC: tl.constexpr = 1, B_VEC: tl.constexpr = 1, MASK_M: tl.constexpr = False, ONE_ROW: tl.constexpr = False,
 ):
-    """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols], K-iterations [iter_start, iter_end),
+    """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols] for the tile whose first row and
+    column are (row, col), K-iterations [iter_start, iter_end),
     for `shape` (M, N, K) and the (row, column) strides of A [M, K] and B [K, N] (of an MXFP4 operand's packed data,
     whose scales' rows are `mx_strides` apart).
 
@@ -409,17 +411,17 @@ def k_loop(
             INTERPRETER or MX_FP16 or MX_PREFETCH or (STREAMK and BLOCK_M == 8))
         acc, top = k_loop_mx(
             a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
-            pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
+            row, col, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
             A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, FOLD, ONE_ROW)
         if FOLD:
             if tl.max(top) > 128:
                 acc, top = k_loop_mx(
                     a_ptr, b_ptr, mxa_ptr, mxb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_mxa, stride_mxb,
-                    pid_m, pid_n, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
+                    row, col, iter_start, iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, USE_INT64,
                     A_MX, B_MX, MX_FP16, A_DESC, MX_SWAP, MX_PREFETCH, False, ONE_ROW)
     else:
         acc = k_loop_dense(
-            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, matrix, iter_start,
+            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, row, col, matrix, iter_start,
             iter_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_DESC, B_DESC,
             BATCHED, A_VEC, B_VEC, MASK_M,
         )
@@ -445,16 +447,16 @@ def _desc_store(desc, matrix, row, col, block, BATCHED: tl.constexpr):
 
 
 @triton.jit
-def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k, rows_ok,
+def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, row, col, matrix, offs_k, rows_ok,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
                 INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
                 BATCHED: tl.constexpr, MASK_M: tl.constexpr):
     """acc + A[tile rows, K step it] @ B[K step it, tile cols]; MASK_K: pointer loads masked at K (the K tail);
     MASK_M: A's pointer loads masked to its `rows_ok`."""
     if A_DESC == "stored":
-        b_a = _desc_block(a_ptr, matrix, pid_m * BLOCK_M, it * BLOCK_K, BLOCK_M, BLOCK_K, BATCHED)
+        b_a = _desc_block(a_ptr, matrix, row, it * BLOCK_K, BLOCK_M, BLOCK_K, BATCHED)
     elif A_DESC == "transposed":
-        b_a = tl.trans(_desc_block(a_ptr, matrix, it * BLOCK_K, pid_m * BLOCK_M, BLOCK_K, BLOCK_M, BATCHED))
+        b_a = tl.trans(_desc_block(a_ptr, matrix, it * BLOCK_K, row, BLOCK_K, BLOCK_M, BATCHED))
     elif MASK_K and MASK_M:
         b_a = tl.load(p_a, mask=rows_ok[:, None] & (offs_k[None, :] < K - it * BLOCK_K), other=0.0)
     elif MASK_K:
@@ -464,9 +466,9 @@ def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k
     else:
         b_a = tl.load(p_a)
     if B_DESC == "stored":
-        b_b = _desc_block(b_ptr, matrix, it * BLOCK_K, pid_n * BLOCK_N, BLOCK_K, BLOCK_N, BATCHED)
+        b_b = _desc_block(b_ptr, matrix, it * BLOCK_K, col, BLOCK_K, BLOCK_N, BATCHED)
     elif B_DESC == "transposed":
-        b_b = tl.trans(_desc_block(b_ptr, matrix, pid_n * BLOCK_N, it * BLOCK_K, BLOCK_N, BLOCK_K, BATCHED))
+        b_b = tl.trans(_desc_block(b_ptr, matrix, col, it * BLOCK_K, BLOCK_N, BLOCK_K, BATCHED))
     elif MASK_K:
         b_b = tl.load(p_b, mask=offs_k[:, None] < K - it * BLOCK_K, other=0.0)
     else:
@@ -507,7 +509,7 @@ def _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, k0, stride_am, stride_
 
 @triton.jit
 def k_loop_dense(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, matrix, iter_start, iter_end,
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, row, col, matrix, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, USE_INT64: tl.constexpr,
     A_DESC: tl.constexpr, B_DESC: tl.constexpr, BATCHED: tl.constexpr, A_VEC: tl.constexpr = 1,
@@ -525,9 +527,9 @@ def k_loop_dense(
     compiler that whole rows of the step are in bounds, and it would load element by element (on the H200 that
     made such GEMMs up to ~10x slower). TMA needs no mask (it zero-fills past the edge), so descriptor reads keep
     one loop."""
-    offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
+    offs_m, offs_n = wrapped_offsets(row, col, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
-    rows_ok = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) < M  # read with MASK_M only
+    rows_ok = (row + tl.arange(0, BLOCK_M)) < M  # read with MASK_M only
     p_a, p_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, iter_start * BLOCK_K, stride_am, stride_ak,
                                stride_bk, stride_bn, A_DESC, B_DESC, A_VEC, B_VEC)
     PEEL: tl.constexpr = not EVEN_K and (A_DESC == "pointers" or B_DESC == "pointers")
@@ -536,7 +538,7 @@ def k_loop_dense(
         full_end = tl.minimum(iter_end, K // BLOCK_K)  # the steps before the K tail
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for it in range(iter_start, full_end):
-        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, pid_m, pid_n, matrix, offs_k, rows_ok, BLOCK_M,
+        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, row, col, matrix, offs_k, rows_ok, BLOCK_M,
                           BLOCK_N, BLOCK_K, False, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED, MASK_M)
         if A_DESC == "pointers":
             p_a += BLOCK_K * stride_ak
@@ -546,7 +548,7 @@ def k_loop_dense(
         if full_end < iter_end:  # the K tail, masked; its pointers formed anew, so the loop's die with the loop
             t_a, t_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, full_end * BLOCK_K, stride_am,
                                        stride_ak, stride_bk, stride_bn, A_DESC, B_DESC, A_VEC, B_VEC)
-            acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, pid_m, pid_n, matrix, offs_k, rows_ok,
+            acc = _dense_step(acc, a_ptr, b_ptr, t_a, t_b, full_end, K, row, col, matrix, offs_k, rows_ok,
                               BLOCK_M, BLOCK_N, BLOCK_K, True, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED,
                               MASK_M)
     return acc
@@ -555,7 +557,7 @@ def k_loop_dense(
 @triton.jit
 def k_loop_mx(
     a_ptr, w_ptr, mxa_ptr, mxw_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_mxa, stride_mxw,
-    pid_m, pid_n, iter_start, iter_end,
+    row, col, iter_start, iter_end,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INTERPRETER: tl.constexpr, USE_INT64: tl.constexpr,
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
@@ -577,7 +579,7 @@ def k_loop_mx(
     on the H200 (CUDA-graph replays) 1 x 14336 x 4096 with a "hopper" weight took 19.5 us wrapped and 17.0 broadcast,
     1 x 4096 x 14336 19.5 -> 17.2, 1 x 4096 x 4096 9.14 -> 8.25 (docs/performance.md, "Decode").
     """
-    offs_m, offs_n = wrapped_offsets(pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, USE_INT64)
+    offs_m, offs_n = wrapped_offsets(row, col, M, N, BLOCK_M, BLOCK_N, USE_INT64)
     offs_k = tl.arange(0, BLOCK_K)
     # 8-row swapped tiles of a "hopper" or "kwords" weight: the dot is [BLOCK_N, K] @ [K, 8], which runs on
     # mma.sync, whose fragments are the expanded words in their own order: K order in a "kwords" weight; a "hopper"
@@ -614,17 +616,17 @@ def k_loop_mx(
             a_even, a_odd = mx_dequant_bf16(a_packed, a_scales, BLOCK_M, BLOCK_K, INTERPRETER)
             b_a = tl.join(a_even, a_odd).reshape(BLOCK_M, BLOCK_K)
         elif A_DESC == "stored":
-            b_a = a_ptr.load([pid_m * BLOCK_M, k0])
+            b_a = a_ptr.load([row, k0])
         elif A_DESC == "transposed":
-            b_a = tl.trans(a_ptr.load([k0, pid_m * BLOCK_M]))
+            b_a = tl.trans(a_ptr.load([k0, row]))
         else:
             if ONE_ROW:
                 p_r = a_ptr + (k0 + offs_k) * stride_ak
                 if EVEN_K:
-                    row = tl.load(p_r)
+                    a_row = tl.load(p_r)
                 else:
-                    row = tl.load(p_r, mask=offs_k < K - k0, other=0.0)
-                b_a = tl.broadcast_to(row[None, :], (BLOCK_M, BLOCK_K))
+                    a_row = tl.load(p_r, mask=offs_k < K - k0, other=0.0)
+                b_a = tl.broadcast_to(a_row[None, :], (BLOCK_M, BLOCK_K))
             else:
                 p_a = a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
                 if EVEN_K:
@@ -653,13 +655,13 @@ def k_loop_mx(
 
 @triton.jit
 def epilogue(
-    acc, pid_m, pid_n, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, sa_ptr, sb_ptr, scale_strides, coeffs,
+    acc, row, col, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, sa_ptr, sb_ptr, scale_strides, coeffs,
     HAS_C: tl.constexpr, C_ROW: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_INT64: tl.constexpr, INTERPRETER: tl.constexpr,
     D_DESC: tl.constexpr, matrix=0, BATCHED: tl.constexpr = False,
 ):
     """D = alpha * (scale_a[m] * scale_b[n] * acc) + beta * C[m, n], computed in fp32, cast to D's dtype, for the
-    tile (pid_m, pid_n) of `shape` (M, N, K); (alpha, beta) = `coeffs`.
+    tile whose first row and column are (row, col) in `shape` (M, N, K); (alpha, beta) = `coeffs`.
 
     C is any (M, N)-broadcastable tensor given by its strides: a bias along N has stride_cm == 0, a full
     matrix has both strides. C is not read unless HAS_C, so beta == 0 never propagates NaN from C. C_ROW: C is one
@@ -678,8 +680,8 @@ def epilogue(
     stride_cm, stride_cn = c_strides
     stride_sa, stride_sb = scale_strides
     alpha, beta = coeffs
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = row + tl.arange(0, BLOCK_M)
+    offs_n = col + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
     if USE_INT64:
@@ -704,14 +706,13 @@ def epilogue(
         left, right = tl.split(acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1))
         q0, q1 = tl.split(left.reshape(BLOCK_M, 2, Q).permute(0, 2, 1))
         q2, q3 = tl.split(right.reshape(BLOCK_M, 2, Q).permute(0, 2, 1))
-        col = pid_n * BLOCK_N
-        _add_c_store(q0, offs_m, pid_m * BLOCK_M, col, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta, Q,
+        _add_c_store(q0, offs_m, row, col, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta, Q,
                      USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
-        _add_c_store(q1, offs_m, pid_m * BLOCK_M, col + Q, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta, Q,
+        _add_c_store(q1, offs_m, row, col + Q, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta, Q,
                      USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
-        _add_c_store(q2, offs_m, pid_m * BLOCK_M, col + 2 * Q, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta,
+        _add_c_store(q2, offs_m, row, col + 2 * Q, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta,
                      Q, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
-        _add_c_store(q3, offs_m, pid_m * BLOCK_M, col + 3 * Q, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta,
+        _add_c_store(q3, offs_m, row, col + 3 * Q, shape, d_ptr, d_desc, d_strides, c_ptr, c_strides, beta,
                      Q, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED)
     else:
         mask = mask_m[:, None] & mask_n[None, :]
@@ -723,12 +724,12 @@ def epilogue(
         if INTERPRETER and d_ptr.dtype.element_ty == tl.bfloat16:
             acc = round_to_bf16_rtne(acc)  # the GPU's cast rounds to nearest even; the interpreter's truncates
         if D_DESC == 1:
-            _desc_store(d_desc, matrix, pid_m * BLOCK_M, pid_n * BLOCK_N, acc.to(d_ptr.dtype.element_ty), BATCHED)
+            _desc_store(d_desc, matrix, row, col, acc.to(d_ptr.dtype.element_ty), BATCHED)
         elif D_DESC:
             halves = acc.to(d_ptr.dtype.element_ty).reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1)
             left, right = tl.split(halves)
-            _desc_store(d_desc, matrix, pid_m * BLOCK_M, pid_n * BLOCK_N, left, BATCHED)
-            _desc_store(d_desc, matrix, pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2, right, BATCHED)
+            _desc_store(d_desc, matrix, row, col, left, BATCHED)
+            _desc_store(d_desc, matrix, row, col + BLOCK_N // 2, right, BATCHED)
         else:
             p_d = d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn
             tl.store(p_d, acc.to(d_ptr.dtype.element_ty), mask=mask)

@@ -35,12 +35,24 @@ def _column_block(x, j: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr, 
 
 
 @triton.jit
-def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, d_ptr, batch, GROUP_M: tl.constexpr,
-          BATCHED: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr):
-    """Tile `tile_id`'s coordinates, its matrix in the batch, and the operands it reads and writes: with BATCHED,
-    tile ids run batch-major over `tiles_per_batch` tiles a matrix, and the pointers move to the tile's matrix
-    (descriptors are 3-D: k_loop indexes them with the matrix). C, which may be absent (None: Triton 3.6 returns no
-    None from a function), moves in the kernel."""
+def _origin(pid, size, BLOCK: tl.constexpr, CLAMP: tl.constexpr):
+    """The first row (column) of tile `pid` along a dimension of `size` elements: pid * BLOCK, or with CLAMP (size
+    above BLOCK and not a multiple of it) for the last tile size - BLOCK rounded up to 16 elements, so that it ends
+    at the edge (or fewer than 16 past it) and overlaps the tile before it (`_launch.edge_tiles_clamped` says where).
+    A descriptor's block must start 16-byte aligned along its contiguous dimension, which M or N may be."""
+    if CLAMP:
+        return tl.minimum(pid * BLOCK, tl.cdiv(size - BLOCK, 16) * 16)
+    return pid * BLOCK
+
+
+@triton.jit
+def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, d_ptr, batch, shape, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, BATCHED: tl.constexpr, A_DESC: tl.constexpr,
+          B_DESC: tl.constexpr, CLAMP_M: tl.constexpr, CLAMP_N: tl.constexpr):
+    """Tile `tile_id`'s first row and column (`_origin`), its matrix in the batch, and the operands it reads and
+    writes: with BATCHED, tile ids run batch-major over `tiles_per_batch` tiles a matrix, and the pointers move to the
+    tile's matrix (descriptors are 3-D: k_loop indexes them with the matrix). C, which may be absent (None: Triton 3.6
+    returns no None from a function), moves in the kernel."""
     matrix = 0
     if BATCHED:
         _, stride_ab, stride_bb, _, stride_db = batch
@@ -53,7 +65,10 @@ def _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, d_ptr, b
         d_ptr += matrix * stride_db
     else:
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-    return pid_m, pid_n, matrix, a_ptr, b_ptr, d_ptr
+    M, N, _ = shape
+    row = _origin(pid_m, M, BLOCK_M, CLAMP_M)
+    col = _origin(pid_n, N, BLOCK_N, CLAMP_N)
+    return row, col, matrix, a_ptr, b_ptr, d_ptr
 
 
 @triton.jit
@@ -103,7 +118,7 @@ def gemm_kernel(
     A_MX: tl.constexpr, B_MX: tl.constexpr, MX_FP16: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
     FLATTEN: tl.constexpr, D_DESC: tl.constexpr, MX_SWAP: tl.constexpr,
     MX_PREFETCH: tl.constexpr, BATCHED: tl.constexpr, A_VEC: tl.constexpr, B_VEC: tl.constexpr,
-    MASK_M: tl.constexpr, ONE_ROW: tl.constexpr,
+    MASK_M: tl.constexpr, ONE_ROW: tl.constexpr, CLAMP_M: tl.constexpr, CLAMP_N: tl.constexpr,
 ):
     pid = tl.program_id(0)
     M, N, K = shape
@@ -143,18 +158,19 @@ def gemm_kernel(
     # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
     # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
     for tile_id in tl.range(pid, dp_tiles, num_programs, flatten=FLATTEN):
-        pid_m, pid_n, matrix, a_t, b_t, d_t = _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr,
-                                                    d_ptr, batch, GROUP_M, BATCHED, A_DESC, B_DESC)
+        row, col, matrix, a_t, b_t, d_t = _tile(tile_id, tiles_per_batch, num_pid_m, num_pid_n, a_ptr, b_ptr, d_ptr,
+                                                batch, shape, BLOCK_M, BLOCK_N, GROUP_M, BATCHED, A_DESC, B_DESC,
+                                                CLAMP_M, CLAMP_N)
         c_t = c_ptr
         if HAS_C and BATCHED:
             c_t = c_ptr + matrix * batch[3]
         acc = k_loop(
-            a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix, 0, k_iters,
+            a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, row, col, matrix, 0, k_iters,
             BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
             A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED, STREAMK, A_VEC, B_VEC, MASK_M, ONE_ROW,
         )
         epilogue(
-            acc, pid_m, pid_n, shape, d_t, d_desc, d_strides, c_t, c_strides, sa_ptr, sb_ptr, scale_strides, coeffs,
+            acc, row, col, shape, d_t, d_desc, d_strides, c_t, c_strides, sa_ptr, sb_ptr, scale_strides, coeffs,
             HAS_C, C_ROW, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC, matrix, BATCHED,
         )
     if STREAMK:
@@ -188,13 +204,14 @@ def gemm_kernel(
             tile = (seg_end - 1) // k_iters
             tile_start = tile * k_iters
             seg_start = tl.maximum(start, tile_start)
-            pid_m, pid_n, matrix, a_t, b_t, d_t = _tile(dp_tiles + tile, tiles_per_batch, num_pid_m, num_pid_n,
-                                                        a_ptr, b_ptr, d_ptr, batch, GROUP_M, BATCHED, A_DESC, B_DESC)
+            row, col, matrix, a_t, b_t, d_t = _tile(dp_tiles + tile, tiles_per_batch, num_pid_m, num_pid_n, a_ptr,
+                                                    b_ptr, d_ptr, batch, shape, BLOCK_M, BLOCK_N, GROUP_M, BATCHED,
+                                                    A_DESC, B_DESC, CLAMP_M, CLAMP_N)
             c_t = c_ptr
             if HAS_C and BATCHED:
                 c_t = c_ptr + matrix * batch[3]
             acc = k_loop(
-                a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, pid_m, pid_n, matrix,
+                a_t, b_t, mxa_ptr, mxb_ptr, shape, a_strides, b_strides, mx_strides, row, col, matrix,
                 seg_start - tile_start, seg_end - tile_start,
                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERPRETER, INPUT_PRECISION, USE_INT64, A_MX, B_MX, MX_FP16,
                 A_DESC, B_DESC, MX_SWAP, MX_PREFETCH, BATCHED, STREAMK, A_VEC, B_VEC, MASK_M, ONE_ROW,
@@ -207,7 +224,7 @@ def gemm_kernel(
                 tl.atomic_xchg(p_flags + pid, epoch, sem="release", scope="gpu")
             elif seg_start == tile_start:
                 epilogue(
-                    acc, pid_m, pid_n, shape, d_t, d_desc, d_strides, c_t, c_strides, sa_ptr, sb_ptr, scale_strides,
+                    acc, row, col, shape, d_t, d_desc, d_strides, c_t, c_strides, sa_ptr, sb_ptr, scale_strides,
                     coeffs, HAS_C, C_ROW, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, BLOCK_N, USE_INT64, INTERPRETER, D_DESC,
                     matrix, BATCHED,
                 )
@@ -237,7 +254,7 @@ def gemm_kernel(
                                             cache_modifier=".cg")
                     part += _column_block(acc, j, BLOCK_M, BLOCK_N // FIXUP_N, FIXUP_N)
                     epilogue(
-                        part, pid_m, pid_n * (BLOCK_N // FIXUP_N) + j, shape, d_t, d_desc, d_strides, c_t, c_strides,
+                        part, row, col + j * FIXUP_N, shape, d_t, d_desc, d_strides, c_t, c_strides,
                         sa_ptr, sb_ptr, scale_strides, coeffs, HAS_C, C_ROW, HAS_SCALE_A, HAS_SCALE_B, BLOCK_M, FIXUP_N,
                         USE_INT64, INTERPRETER, False,
                     )
