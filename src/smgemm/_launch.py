@@ -121,12 +121,13 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
 
 def edge_tiles_clamped(plan: Plan, shape: tuple[int, int, int], elem: int, dense: bool,
                        c_matrix: bool) -> tuple[bool, bool]:
-    """Whether the last row (column) of tiles of an (M, N, K) `shape` starts at M - BLOCK_M (N - BLOCK_N) rather than
-    past the previous tile's end (`kernels.gemm._origin`): where the planner asks for it (`plan.clamps_edge_tiles`)
-    and it is safe. The rows (columns) two tiles share are computed twice, alike, and written twice; so not with
-    split tiles (a split tile's sum may differ in its last bit from a whole one's, and the shared rows would depend
-    on which store lands last), nor with a C matrix (`out` may be C itself, which the second tile would read after
-    the first wrote it), nor with MXFP4 operands (their tiles keep their measured layout)."""
+    """Whether the last row (column) of tiles of an (M, N, K) `shape` starts a tile before the edge, at M - BLOCK_M (N -
+    BLOCK_N) rounded up to 16 elements, rather than past the previous tile's end (`kernels.gemm._origin`): where the
+    planner asks for it (`plan.clamps_edge_tiles`) and it is safe. The rows (columns) two tiles share are computed
+    twice, alike, and written twice; so not with split tiles (a split tile's sum may differ in its last bit from a whole
+    one's, and the shared rows would depend on which store lands last), nor with a C matrix (`out` may be C itself,
+    which the second tile would read after the first wrote it), nor with MXFP4 operands (their tiles keep their measured
+    layout)."""
     if not dense or c_matrix or plan.sk_tiles:
         return False, False
     return clamps_edge_tiles(plan.config, *shape, elem)
