@@ -1,2 +1,0 @@
-export PYTHONPATH=$PWD/src
-timeout 580 python .dev/clamp_ab.py 160x8192x8192,192x8192x8192,200x8192x8192,240x8192x8192,300x14336x4096,1500x7000x3000,600x8192x8192,1200x5000x3000 2 bf16,fp16,fp8 2>&1 | grep -v "^{" | tail -8
