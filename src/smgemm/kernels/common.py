@@ -373,9 +373,8 @@ def k_loop(
     A_VEC: tl.constexpr = 1, B_VEC: tl.constexpr = 1, MASK_M: tl.constexpr = False, ONE_ROW: tl.constexpr = False,
 ):
     """fp32 [BLOCK_M, BLOCK_N] accumulator of A[tile rows, k] @ B[k, tile cols] for the tile whose first row and
-    column are (row, col), K-iterations [iter_start, iter_end),
-    for `shape` (M, N, K) and the (row, column) strides of A [M, K] and B [K, N] (of an MXFP4 operand's packed data,
-    whose scales' rows are `mx_strides` apart).
+    column are (row, col), K-iterations [iter_start, iter_end), for `shape` (M, N, K) and the (row, column) strides of
+    A [M, K] and B [K, N] (of an MXFP4 operand's packed data, whose scales' rows are `mx_strides` apart).
 
     Rows and columns past M / N are wrapped (`% M`) instead of masked, so the loop's loads need no M/N mask;
     the epilogue masks the store. Only a K tail (EVEN_K False) is masked, with zeros, and, with MASK_M, the rows of
