@@ -129,7 +129,7 @@ def test_streamk_grid_aligned_to_tiles(tiles, k_iters, budget, programs):
     # Where 128 x 128 tiles measured faster: fewer parts per tile, a budget, or 64 x 128 tiles not aligned (4 stages:
     # every tile is split, plan._SQUARE_DEEP_STAGES).
     ((512, 512, 32768), 66, torch.bfloat16, ((128, 128, 64), 4, 64)),
-    ((1024, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 128)),
+    ((1024, 1024, 32768), None, torch.bfloat16, ((128, 128, 64), 4, 128)),
     ((384, 1024, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 120)),
     ((768, 768, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 132)),
     # fp8: 128-byte K steps of 128 elements (measured 14-35% faster than the 4-stage plans).
@@ -714,11 +714,11 @@ def test_square_tiles_take_five_stages_over_long_k_loops_of_few_waves():
 
 def test_stream_k_plans_that_split_every_tile_keep_four_stages():
     """A Stream-K plan over 5-stage-eligible 128 x 128 tiles runs them with 4 stages where it splits every tile (no
-    data-parallel wave first) over more than two rows of tiles (1024 x 1024 x 16384: 64 tiles over 128 programs;
+    data-parallel wave first) over more than two rows of tiles (1024 x 1024 x 32768: 64 tiles over 128 programs;
     950 x 2107 x 6940), and keeps 5 over two rows (256 x 10240 x 4096: 160 tiles over 132 programs) or where whole
     waves run first (512 x 10240 x 8192: 56 of 320 tiles split)."""
-    for (m, n, k), stages, split_all in (((1024, 1024, 16384), 4, True), ((950, 2107, 6940), 4, True),
-                                         ((256, 10240, 4096), 5, True), ((256, 4096, 8192), 5, True),
+    for (m, n, k), stages, split_all in (((1024, 1024, 32768), 4, True), ((950, 2107, 6940), 4, True),
+                                         ((256, 10240, 4096), 5, True), ((256, 4096, 24576), 5, True),
                                          ((512, 10240, 8192), 5, False)):
         plan = make_plan(m, n, k, torch.bfloat16, H200)
         assert plan.schedule == "streamk" and (plan.dp_tiles == 0) == split_all, (m, n, k, plan)
@@ -733,6 +733,42 @@ def test_five_stage_square_tiles_are_charged_their_measured_rate():
     assert (plan.schedule, plan.config.block_n, plan.config.num_stages) == ("persistent", 128, 5)
     flat = dataclasses.replace(H200, rates=dataclasses.replace(H200.rates, square_deep_factor=1.0))
     assert make_plan(512, 28672, 4096, torch.bfloat16, flat).config.block_n == 256
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [
+    (256, 4096, 8192), (192, 4096, 14336), (448, 2304, 8192), (1024, 1024, 16384), (320, 2048, 8192),
+    (256, 4096, 6144), (2048, 512, 8192), (4096, 256, 14336)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_one_wave_of_64_x_128_tiles_over_long_k_loops(m, n, k, dtype):
+    """Where 64 x 128 tiles make one wave of at least 0.6 of the whole device (M > 128, N a multiple of 128) over a
+    K loop of 6144-16384 in whole 256-byte steps, the model charges them `Rates.one_wave_64_factor` of its time and
+    runs them persistent through pointers, each program one tile; without the factor it picks Stream-K over
+    128 x 128 tiles, which measured 1.03-1.67x slower."""
+    plan = make_plan(m, n, k, dtype, H200)
+    cfg = plan.config
+    assert (plan.schedule, cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps, cfg.tma) == \
+        ("persistent", 64, 128, 128, 4, False), plan
+    assert plan.num_programs == plan.num_tiles >= 0.6 * H200.num_sms
+    flat = dataclasses.replace(H200, rates=dataclasses.replace(H200.rates, one_wave_64_factor=1.0))
+    old = make_plan(m, n, k, dtype, flat)
+    assert (old.schedule, old.config.block_m, old.config.block_n) == ("streamk", 128, 128), old
+
+
+def test_one_wave_of_64_x_128_tiles_only_where_measured():
+    """Outside its measured region the factor changes no plan: longer or shorter K loops, a partial last column of
+    tiles or K step, fewer tiles, skinny rows, an SM budget, fp8, fp32 and TF32, a C matrix, a batch, the fused MXFP4
+    kernel's tiles."""
+    flat = dataclasses.replace(H200, rates=dataclasses.replace(H200.rates, one_wave_64_factor=1.0))
+    cases = [((256, 4096, 24576), {}), ((1024, 1024, 32768), {}), ((496, 1479, 12632), {}), ((3351, 206, 6440), {}),
+             ((256, 4096, 4096), {}), ((256, 2048, 8192), {}), ((128, 4096, 8192), {}),
+             ((256, 4096, 8000), {}), ((256, 4000, 8192), {}), ((256, 2048, 8192), {"num_sms": 100}),
+             ((128, 6144, 8192), {}), ((192, 4096, 8192), {"batch": 2}), ((256, 4096, 8192), {"c_matrix": True}),
+             ((256, 4096, 8192), {"dense": False})]
+    for (m, n, k), kw in cases:
+        for dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float32):
+            assert make_plan(m, n, k, dtype, H200, **kw) == make_plan(m, n, k, dtype, flat, **kw), (m, n, k, kw)
+    for m, n, k in ((256, 4096, 8192), (1024, 1024, 16384)):
+        assert make_plan(m, n, k, torch.float32, H200, tf32=True) == make_plan(m, n, k, torch.float32, flat, tf32=True)
 
 
 def test_hopper_tiles_store_whole_where_the_output_tile_fits_beside_the_pipeline():

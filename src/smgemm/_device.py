@@ -62,6 +62,7 @@ class Rates:
     # the planner's 128 x 256 tiles, one run) two waves of them took 0.51-0.52 of one wave of 128 x 256 tiles an
     # iteration (2048^3 28.5 against 27.8 us, 1024 x 4096 x 4096 51.1 against 49.0), where the model says 0.55.
     square_deep_factor: float = 0.94
+    one_wave_64_factor: float = 0.6
     # A plan whose operand rows are not aligned as its tile reads them fastest (16 bytes for TMA, 16 elements for
     # pointer loads: an odd K, a sliced view) loads them element by element: 7-43x slower on the H200 with 64- to
     # 256-wide tiles, 2.4-7.5x with 16-row decode tiles, which stream a weight. The planner charges the lower ends.

@@ -259,6 +259,26 @@ _SQUARE_DEEP_MIN_FILL = 0.95
 # 33.8), so the rule starts above _SKINNY_SQUARE_MIN_M rows.
 _SKINNY_SQUARE_MIN_FILL = 0.6
 _SKINNY_SQUARE_MIN_M = 96
+# One wave of persistent 64 x 128 pointer tiles with 256-byte K steps, above the skinny rows (M > 128), on the whole
+# device, 16-bit, without a C matrix: where those tiles fill at least _ONE_WAVE_64_MIN_FILL of the wave, N is a
+# multiple of their width and the K loop is long and a whole number of steps, the model charges them
+# `Rates.one_wave_64_factor` of its time. It rates their iterations at 0.97 of the reference tile's (operand traffic
+# at half its intensity) and picked Stream-K over 128 x 128 tiles from K = 6144 on; on the H200 each such program ran
+# a 128-deep step in 0.57 of a reference iteration. The planner's Stream-K plan against "64x128x128 w4 s4 pers"
+# (benchmarks/sweep_configs.py, bf16, one run at d14d8f5), in us (torch): 256 x 4096 x 8192 37.1 -> 30.8 (29.8),
+# 192 x 4096 x 8192 50.6 -> 30.3 (37.6), 448 x 2304 x 8192 46.7 -> 29.9 (39.9), 1024 x 1024 x 8192 36.4 -> 28.6 (28.4),
+# 768 x 1408 x 8192 37.0 -> 28.8 (30.8), and at K = 14336 0.67-0.95x the time (256 x 4096 x 14336 53.2 -> 50.6, 448 x
+# 2304 x 14336 72.8 -> 49.1): 20 problems of 96-132 tiles, 0.60-0.95x the time; TMA loads on the same tiles were 2-27%
+# slower than pointers; at lower fills 320 x 2048 x 8192 (80 tiles) ran 39.4 -> 27.6, 256 x 2816 x 8192 (88) 31.3 ->
+# 28.6. The planner with the rule against itself without it (a one-off script, one run): K = 6144 0.76-0.79x the time
+# (256 x 4096 x 6144 31.4 -> 24.8), K = 12288-16384 0.89-0.97x (768 x 1408 x 16384 59.6 -> 54.7), tall products 0.79x
+# and 0.91x (2048 x 512 x 8192 36.8 -> 29.0, 4096 x 256 x 14336 58.0 -> 52.5), fp16 0.65-0.94x. Longer loops keep
+# Stream-K (256 x 4096 x 24576 86.3 against 87.1, 1024 x 1024 x 32768 104 against 112); and where N leaves a partial
+# tile and K a partial step (random draws), the 64 x 128 tiles lost to Stream-K's better spread: 496 x 1479 x 12632
+# 61.4 -> 103, 3351 x 206 x 6440 43.0 -> 58.8, 1570 x 577 x 14363 109 -> 118.
+_ONE_WAVE_64_MIN_FILL = 0.6
+_ONE_WAVE_64_MIN_K = 6144
+_ONE_WAVE_64_MAX_K = 16384
 # The last row (column) of tiles may start a tile before the edge instead of past the previous tile's end
 # (`kernels.gemm._origin`, where `_launch.edge_tiles_clamped` allows it), so that its loads lie inside the operand. On
 # the H200 an edge tile whose rows are mostly past M slowed persistent 128 x 128 plans, the tiles that share its B
@@ -532,6 +552,20 @@ def _skinny_square(m: int, n: int, batch: int, budget: int, stages: int) -> bool
         and _SKINNY_SQUARE_MIN_FILL * budget <= tiles <= budget
 
 
+def _one_wave_64(cfg: TileConfig, m: int, n: int, k: int, elem: int, batch: int, budget: int, spec: DeviceSpec,
+                 dense: bool, c_matrix: bool) -> bool:
+    """Whether persistent tile `cfg` is a 16-bit 64 x 128 pointer tile with 256-byte K steps that makes one wave of at
+    least `_ONE_WAVE_64_MIN_FILL` of the whole device over a K loop of whole steps from `_ONE_WAVE_64_MIN_K` to
+    `_ONE_WAVE_64_MAX_K`, with N a multiple of its width, above the skinny rows, for a single product without a C matrix
+    (`Rates.one_wave_64_factor`)."""
+    if (cfg.block_m, cfg.block_n) != (64, 128) or cfg.tma or elem != 2 or cfg.block_k * elem != _LONG_STEP_BYTES \
+            or batch != 1 or c_matrix or not dense or m <= _SKINNY_MAX_M or budget < spec.num_sms \
+            or not _ONE_WAVE_64_MIN_K <= k <= _ONE_WAVE_64_MAX_K or k % cfg.block_k or n % cfg.block_n:
+        return False
+    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+    return _ONE_WAVE_64_MIN_FILL * budget <= tiles <= budget
+
+
 def choose_config(
     m: int,
     n: int,
@@ -628,6 +662,8 @@ def choose_config(
                 chosen = dataclasses.replace(cfg, num_stages=4)  # see _SQUARE_SK_DEEP_MAX_ROWS
             if schedule != "streamk":
                 factor *= square_deep
+                if _one_wave_64(chosen, m, n, k, elem, batch, budget, spec, dense, c_matrix):
+                    factor *= spec.rates.one_wave_64_factor
             cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec, waves, batch) * factor
             if cost < best_cost:
                 best, best_cost = (chosen, schedule, waves), cost
