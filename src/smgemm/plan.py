@@ -42,7 +42,8 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   tiles on aligned few-tile Stream-K grids: 6 (`_deep_streamk`, measured);
 * tiles of 128 x 128 and more take the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`), smaller ones
   the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
-  rate than its intensity says (`Rates.hopper_efficiency_exponent`);
+  rate than its intensity says (`Rates.hopper_efficiency_exponent`), and so is one wave of 64 x 128 pointer tiles
+  over a long K loop (`Rates.one_wave_64_factor`, `_one_wave_64`);
 * one measured exception to the model: on the whole device, 16-bit K loops of at most 128 over one or two waves of
   128 x 128 tiles (M and N above 128) run one 4-warp pointer program per tile, two an SM (`_OVERLAP_MAX_K`): the
   model has no term for the result's store, which such short tiles are mostly made of.
