@@ -134,7 +134,7 @@ def test_streamk_grid_aligned_to_tiles(tiles, k_iters, budget, programs):
     ((768, 768, 16384), None, torch.bfloat16, ((128, 128, 64), 4, 132)),
     # fp8: 128-byte K steps of 128 elements (measured 14-35% faster than the 4-stage plans).
     ((512, 512, 32768), None, torch.float8_e4m3fn, ((64, 128, 128), 6, 128)),
-    ((1024, 1024, 16384), None, torch.float8_e4m3fn, ((128, 128, 128), 4, 128)),
+    ((1024, 1024, 32768), None, torch.float8_e4m3fn, ((128, 128, 128), 4, 128)),
     # Not measured for fp32 (32-element K steps): the 4-stage cap stands.
     ((512, 512, 32768), None, torch.float32, ((128, 128, 32), 4, 128)),
 ])
@@ -735,38 +735,44 @@ def test_five_stage_square_tiles_are_charged_their_measured_rate():
     assert make_plan(512, 28672, 4096, torch.bfloat16, flat).config.block_n == 256
 
 
-@pytest.mark.parametrize(("m", "n", "k"), [
-    (256, 4096, 8192), (192, 4096, 14336), (448, 2304, 8192), (1024, 1024, 16384), (320, 2048, 8192),
-    (256, 4096, 6144), (2048, 512, 8192), (4096, 256, 14336)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_one_wave_of_64_x_128_tiles_over_long_k_loops(m, n, k, dtype):
-    """Where 64 x 128 tiles make one wave of at least 0.6 of the whole device (M > 128, N a multiple of 128) over a
-    K loop of 6144-16384 in whole 256-byte steps, the model charges them `Rates.one_wave_64_factor` of its time and
-    runs them persistent through pointers, each program one tile; without the factor it picks Stream-K over
-    128 x 128 tiles, which measured 1.03-1.67x slower."""
-    plan = make_plan(m, n, k, dtype, H200)
+@pytest.mark.parametrize(("m", "n", "k", "num_sms"), [
+    (256, 4096, 8192, None), (192, 4096, 14336, None), (448, 2304, 8192, None), (1024, 1024, 16384, None),
+    (320, 2048, 8192, None), (256, 4096, 6144, None), (2048, 512, 8192, None), (4096, 256, 14336, None),
+    (200, 4096, 8192, None), (320, 2048, 8192, 100), (256, 2048, 8192, 66), (256, 1024, 16384, 32)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn])
+def test_one_wave_of_64_x_128_tiles_over_long_k_loops(m, n, k, num_sms, dtype):
+    """Where 64 x 128 tiles make one wave of at least 0.6 of the budget (M > 128, N a multiple of 128) over a K loop
+    of 6144-16384 in whole 256-byte steps (256 elements in fp8, 128 in 16 bits), the model charges them
+    `Rates.one_wave_64_factor` of its time and runs them persistent through pointers, each program one tile; without
+    the factor it picks Stream-K over 128 x 128 tiles for 16-bit operands, which measured 1.03-2.1x slower."""
+    plan = make_plan(m, n, k, dtype, H200, num_sms=num_sms)
     cfg = plan.config
-    assert (plan.schedule, cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps, cfg.tma) == \
-        ("persistent", 64, 128, 128, 4, False), plan
-    assert plan.num_programs == plan.num_tiles >= 0.6 * H200.num_sms
-    flat = dataclasses.replace(H200, rates=dataclasses.replace(H200.rates, one_wave_64_factor=1.0))
-    old = make_plan(m, n, k, dtype, flat)
-    assert (old.schedule, old.config.block_m, old.config.block_n) == ("streamk", 128, 128), old
+    elem = 1 if dtype == torch.float8_e4m3fn else 2
+    assert (plan.schedule, cfg.block_m, cfg.block_n, cfg.block_k * elem, cfg.num_warps, cfg.tma) == \
+        ("persistent", 64, 128, 256, 4, False), plan
+    assert plan.num_programs == plan.num_tiles >= 0.6 * plan.sm_budget
+    if elem == 2:
+        flat = dataclasses.replace(H200, rates=dataclasses.replace(H200.rates, one_wave_64_factor=1.0))
+        old = make_plan(m, n, k, dtype, flat, num_sms=num_sms)
+        assert (old.schedule, old.config.block_m, old.config.block_n) == ("streamk", 128, 128), old
 
 
 def test_one_wave_of_64_x_128_tiles_only_where_measured():
-    """Outside its measured region the factor changes no plan: longer or shorter K loops, a partial last column of
-    tiles or K step, fewer tiles, skinny rows, an SM budget, fp8, fp32 and TF32, a C matrix, a batch, the fused MXFP4
-    kernel's tiles."""
+    """Outside its measured region the factor changes no plan, and fp8 4-warp tiles above the skinny rows keep
+    128-element K steps: longer or shorter K loops, a partial last column of tiles or K step, fewer tiles than 0.6 of
+    the budget, skinny rows, fp32 and TF32, a C matrix, a batch, the fused MXFP4 kernel's tiles."""
     flat = dataclasses.replace(H200, rates=dataclasses.replace(H200.rates, one_wave_64_factor=1.0))
     cases = [((256, 4096, 24576), {}), ((1024, 1024, 32768), {}), ((496, 1479, 12632), {}), ((3351, 206, 6440), {}),
-             ((256, 4096, 4096), {}), ((256, 2048, 8192), {}), ((128, 4096, 8192), {}),
-             ((256, 4096, 8000), {}), ((256, 4000, 8192), {}), ((256, 2048, 8192), {"num_sms": 100}),
-             ((128, 6144, 8192), {}), ((192, 4096, 8192), {"batch": 2}), ((256, 4096, 8192), {"c_matrix": True}),
+             ((256, 4096, 4096), {}), ((256, 2048, 8192), {}), ((128, 4096, 8192), {}), ((256, 4096, 8000), {}),
+             ((256, 4000, 8192), {}), ((128, 6144, 8192), {}), ((256, 1024, 8192), {"num_sms": 66}),
+             ((192, 4096, 8192), {"batch": 2}), ((256, 4096, 8192), {"c_matrix": True}),
              ((256, 4096, 8192), {"dense": False})]
     for (m, n, k), kw in cases:
         for dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float32):
-            assert make_plan(m, n, k, dtype, H200, **kw) == make_plan(m, n, k, dtype, flat, **kw), (m, n, k, kw)
+            plan = make_plan(m, n, k, dtype, H200, **kw)
+            assert plan == make_plan(m, n, k, dtype, flat, **kw), (m, n, k, kw)
+            if dtype == torch.float8_e4m3fn and m > 128 and plan.config.num_warps == 4:  # (4-warp tiles: skinny ones
+                assert plan.config.block_k <= 128, (m, n, k, kw, plan)  # take 256-element steps of their own)
     for m, n, k in ((256, 4096, 8192), (1024, 1024, 16384)):
         assert make_plan(m, n, k, torch.float32, H200, tf32=True) == make_plan(m, n, k, torch.float32, flat, tf32=True)
 

@@ -260,23 +260,29 @@ _SQUARE_DEEP_MIN_FILL = 0.95
 # 33.8), so the rule starts above _SKINNY_SQUARE_MIN_M rows.
 _SKINNY_SQUARE_MIN_FILL = 0.6
 _SKINNY_SQUARE_MIN_M = 96
-# One wave of persistent 64 x 128 pointer tiles with 256-byte K steps, above the skinny rows (M > 128), on the whole
-# device, 16-bit, without a C matrix: where those tiles fill at least _ONE_WAVE_64_MIN_FILL of the wave, N is a
+# One wave of persistent 64 x 128 pointer tiles with 256-byte K steps, above the skinny rows (M > 128), 1- or 2-byte
+# operands, without a C matrix: where those tiles fill at least _ONE_WAVE_64_MIN_FILL of the budget's wave, N is a
 # multiple of their width and the K loop is long and a whole number of steps, the model charges them
-# `Rates.one_wave_64_factor` of its time. It rates their iterations at 0.97 of the reference tile's (operand traffic
-# at half its intensity) and picked Stream-K over 128 x 128 tiles from K = 6144 on; on the H200 each such program ran
-# a 128-deep step in 0.57 of a reference iteration. The planner's Stream-K plan against "64x128x128 w4 s4 pers"
-# (benchmarks/sweep_configs.py, bf16, one run at d14d8f5), in us (torch): 256 x 4096 x 8192 37.1 -> 30.8 (29.8),
-# 192 x 4096 x 8192 50.6 -> 30.3 (37.6), 448 x 2304 x 8192 46.7 -> 29.9 (39.9), 1024 x 1024 x 8192 36.4 -> 28.6 (28.4),
-# 768 x 1408 x 8192 37.0 -> 28.8 (30.8), and at K = 14336 0.67-0.95x the time (256 x 4096 x 14336 53.2 -> 50.6, 448 x
-# 2304 x 14336 72.8 -> 49.1): 20 problems of 96-132 tiles, 0.60-0.95x the time; TMA loads on the same tiles were 2-27%
-# slower than pointers; at lower fills 320 x 2048 x 8192 (80 tiles) ran 39.4 -> 27.6, 256 x 2816 x 8192 (88) 31.3 ->
-# 28.6. The planner with the rule against itself without it (a one-off script, one run): K = 6144 0.76-0.79x the time
-# (256 x 4096 x 6144 31.4 -> 24.8), K = 12288-16384 0.89-0.97x (768 x 1408 x 16384 59.6 -> 54.7), tall products 0.79x
-# and 0.91x (2048 x 512 x 8192 36.8 -> 29.0, 4096 x 256 x 14336 58.0 -> 52.5), fp16 0.65-0.94x. Longer loops keep
-# Stream-K (256 x 4096 x 24576 86.3 against 87.1, 1024 x 1024 x 32768 104 against 112); and where N leaves a partial
-# tile and K a partial step (random draws), the 64 x 128 tiles lost to Stream-K's better spread: 496 x 1479 x 12632
-# 61.4 -> 103, 3351 x 206 x 6440 43.0 -> 58.8, 1570 x 577 x 14363 109 -> 118.
+# `Rates.one_wave_64_factor` of its time (fp8 takes the 256-byte steps, 256 elements, only here). It rates their
+# iterations at 0.97 of the reference tile's (operand traffic at half its intensity) and picked Stream-K over 128 x 128
+# tiles from K = 6144 on; on the H200 each such program ran a 128-deep step in 0.57 of a reference iteration. The
+# planner's Stream-K plan against "64x128x128 w4 s4 pers" (benchmarks/sweep_configs.py, bf16, one run at d14d8f5), in us
+# (torch): 256 x 4096 x 8192 37.1 -> 30.8 (29.8), 192 x 4096 x 8192 50.6 -> 30.3 (37.6), 448 x 2304 x 8192 46.7 -> 29.9
+# (39.9), 1024 x 1024 x 8192 36.4 -> 28.6 (28.4), 768 x 1408 x 8192 37.0 -> 28.8 (30.8), and at K = 14336 0.67-0.95x the
+# time (256 x 4096 x 14336 53.2 -> 50.6, 448 x 2304 x 14336 72.8 -> 49.1): 20 problems of 96-132 tiles, 0.60-0.95x the
+# time; TMA loads on the same tiles were 2-27% slower than pointers; at lower fills 320 x 2048 x 8192 (80 tiles) ran
+# 39.4 -> 27.6, 256 x 2816 x 8192 (88) 31.3 -> 28.6. The planner with the rule against itself without it (a one-off
+# script, one run): K = 6144 0.76-0.79x the time (256 x 4096 x 6144 31.4 -> 24.8), K = 12288-16384 0.89-0.97x (768 x
+# 1408 x 16384 59.6 -> 54.7), tall products 0.79x and 0.91x (2048 x 512 x 8192 36.8 -> 29.0, 4096 x 256 x 14336 58.0 ->
+# 52.5), fp16 0.65-0.94x. Longer loops keep Stream-K (256 x 4096 x 24576 86.3 against 87.1, 1024 x 1024 x 32768 104
+# against 112); and where N leaves a partial tile and K a partial step (random draws), the 64 x 128 tiles lost to
+# Stream-K's better spread: 496 x 1479 x 12632 61.4 -> 103, 3351 x 206 x 6440 43.0 -> 58.8, 1570 x 577 x 14363 109 ->
+# 118. Under SM budgets (the same script, bf16) 100 SMs: 320 x 2048 x 8192 36.0 -> 28.0, 256 x 2816 x 14336 58.7 ->
+# 46.3, 192 x 4096 x 14336 68.3 -> 48.9; 66 SMs: 256 x 2048 x 8192 34.6 -> 27.2, 512 x 1024 x 8192 32.7 -> 26.1, 320 x
+# 1536 x 14336 57.8 -> 44.3; 32 SMs: 256 x 1024 x 16384 54.3 -> 47.8. fp8 on 256-byte steps against the planner's
+# 128-element ones (whole chip): 256 x 4096 x 8192 23.9 -> 17.7, 1024 x 1024 x 14336 33.1 -> 26.2, 4096 x 256 x 14336
+# 36.3 -> 29.2, 768 x 1408 x 16384 37.2 -> 29.6, 256 x 3840 x 12288 33.2 -> 24.7, 448 x 2304 x 8192 22.1 -> 16.8
+# (benchmarks/sweep_configs.py --dtype fp8, "64x128x256 w4 s4 pers"; 128-element steps on the same tiles 22.0).
 _ONE_WAVE_64_MIN_FILL = 0.6
 _ONE_WAVE_64_MIN_K = 6144
 _ONE_WAVE_64_MAX_K = 16384
@@ -553,14 +559,14 @@ def _skinny_square(m: int, n: int, batch: int, budget: int, stages: int) -> bool
         and _SKINNY_SQUARE_MIN_FILL * budget <= tiles <= budget
 
 
-def _one_wave_64(cfg: TileConfig, m: int, n: int, k: int, elem: int, batch: int, budget: int, spec: DeviceSpec,
-                 dense: bool, c_matrix: bool) -> bool:
-    """Whether persistent tile `cfg` is a 16-bit 64 x 128 pointer tile with 256-byte K steps that makes one wave of at
-    least `_ONE_WAVE_64_MIN_FILL` of the whole device over a K loop of whole steps from `_ONE_WAVE_64_MIN_K` to
-    `_ONE_WAVE_64_MAX_K`, with N a multiple of its width, above the skinny rows, for a single product without a C matrix
-    (`Rates.one_wave_64_factor`)."""
-    if (cfg.block_m, cfg.block_n) != (64, 128) or cfg.tma or elem != 2 or cfg.block_k * elem != _LONG_STEP_BYTES \
-            or batch != 1 or c_matrix or not dense or m <= _SKINNY_MAX_M or budget < spec.num_sms \
+def _one_wave_64(cfg: TileConfig, m: int, n: int, k: int, elem: int, batch: int, budget: int, dense: bool,
+                 c_matrix: bool) -> bool:
+    """Whether persistent tile `cfg` is a 64 x 128 pointer tile of 1- or 2-byte elements with 256-byte K steps that
+    makes one wave of at least `_ONE_WAVE_64_MIN_FILL` of the budget over a K loop of whole steps from
+    `_ONE_WAVE_64_MIN_K` to `_ONE_WAVE_64_MAX_K`, with N a multiple of its width, above the skinny rows, for a single
+    product without a C matrix (`Rates.one_wave_64_factor`)."""
+    if (cfg.block_m, cfg.block_n) != (64, 128) or cfg.tma or elem not in (1, 2) \
+            or cfg.block_k * elem != _LONG_STEP_BYTES or batch != 1 or c_matrix or not dense or m <= _SKINNY_MAX_M \
             or not _ONE_WAVE_64_MIN_K <= k <= _ONE_WAVE_64_MAX_K or k % cfg.block_k or n % cfg.block_n:
         return False
     tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
@@ -647,11 +653,15 @@ def choose_config(
                     (thin and (not dense or schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
             chosen, factor = cfg, 1.0
+            # fp8 takes 256-byte K steps on persistent 4-warp tiles only in one wave of 64 x 128 tiles (_one_wave_64)
+            long_steps = elem == 2 or (elem == 1 and _one_wave_64(
+                dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem), m, n, k, elem, batch, budget, dense,
+                c_matrix))
             one_wave = math.ceil(m / bm) * math.ceil(n / bn) <= budget >= spec.num_sms  # see _ONE_WAVE_STEP_BYTES
             if schedule != "streamk" and (bm, bn) == (64, 64) and dense and elem == 2 and not fma and batch == 1 \
                     and m > _STREAMING_MAX_M and k <= _ONE_WAVE_MAX_K and k * elem % _LONG_STEP_BYTES and one_wave:
                 chosen = dataclasses.replace(cfg, block_k=min(block_k, _ONE_WAVE_STEP_BYTES // elem))
-            elif schedule != "streamk" and warps == 4 and elem == 2 and block_k * elem < _LONG_STEP_BYTES <= k * elem \
+            elif schedule != "streamk" and warps == 4 and long_steps and block_k * elem < _LONG_STEP_BYTES <= k * elem \
                     and fit * block_k * elem >= stages * _LONG_STEP_BYTES \
                     and _padded_k(k, _LONG_STEP_BYTES // elem) <= _LONG_STEP_PADDING * _padded_k(k, block_k):
                 chosen = dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem)
@@ -663,7 +673,7 @@ def choose_config(
                 chosen = dataclasses.replace(cfg, num_stages=4)  # see _SQUARE_SK_DEEP_MAX_ROWS
             if schedule != "streamk":
                 factor *= square_deep
-                if _one_wave_64(chosen, m, n, k, elem, batch, budget, spec, dense, c_matrix):
+                if _one_wave_64(chosen, m, n, k, elem, batch, budget, dense, c_matrix):
                     factor *= spec.rates.one_wave_64_factor
             cost = _cost(chosen, m, n, k, dtype, budget, schedule, spec, waves, batch) * factor
             if cost < best_cost:
