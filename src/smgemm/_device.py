@@ -62,10 +62,10 @@ class Rates:
     # the planner's 128 x 256 tiles, one run) two waves of them took 0.51-0.52 of one wave of 128 x 256 tiles an
     # iteration (2048^3 28.5 against 27.8 us, 1024 x 4096 x 4096 51.1 against 49.0), where the model says 0.55.
     square_deep_factor: float = 0.94
-    # What an iteration of a 16-bit 64 x 128 pointer tile with 256-byte K steps costs relative to the model's rate
-    # where one wave of them covers a long K loop (`plan.py`'s `_one_wave_64`): on the H200 such a program ran a step
-    # in 0.57 of a reference iteration (256 x 4096 x 8192 in 30.8 us, benchmarks/sweep_configs.py), where the model
-    # says 0.97.
+    # What an iteration of a 64 x 128 pointer tile with 256-byte K steps (16-bit or fp8) costs relative to the model's
+    # rate where one wave of them covers a long K loop (`plan.py`'s `_one_wave_64`): on the H200 such a bf16 program
+    # ran a step in 0.57 of a reference iteration (256 x 4096 x 8192 in 30.8 us, benchmarks/sweep_configs.py), where
+    # the model says 0.97.
     one_wave_64_factor: float = 0.6
     # A plan whose operand rows are not aligned as its tile reads them fastest (16 bytes for TMA, 16 elements for
     # pointer loads: an odd K, a sliced view) loads them element by element: 7-43x slower on the H200 with 64- to
