@@ -3,13 +3,14 @@ the tile model in smgemm.plan. Each variant is "BMxBNxBK wW sS [tma|tmaload] [wh
 elements; tma = TMA loads + TMA store + flattened loop; whole = with tma, one TMA store a tile rather than two halves;
 default schedule pers; noalign = Stream-K split evenly over the whole budget, not over a grid aligned to the tiles;
 noclamp = the last row and column of tiles start where a tile would, never a tile before the edge
-(`smgemm._launch.edge_tiles_clamped`); MXFP4 GEMMs also take "swap" (W @ A^T) and "prefetch", see
-benchmarks/sweep_mxfp4.py). A shape of four numbers, BxMxNxK, is a batched product (smgemm.bmm against torch.bmm on [B,
-M, K] @ [B, K, N]); a trailing "u" (MxNxKu) reads the operands from buffers one column wider, as the random suite's odd
-problems do; a trailing "c" (after any "u") adds a C matrix of the output's shape, against torch.addmm / torch.baddbmm.
-"stage" / "nostage" copy operands whose rows the tile cannot read at full speed into aligned buffers first, or read them
-in place (`smgemm.plan.overrides(stage=...)`; without either the planner weighs the copy). A variant "auto ..." is the
-planner's own plan with the words that follow (e.g. "auto nostage").
+(`smgemm._launch.edge_tiles_clamped`); rate:NAME=VALUE = planned with the model's `smgemm.Rates` field NAME set to
+VALUE, e.g. "auto rate:one_wave_64_factor=1" for the planner without that factor; MXFP4 GEMMs also take "swap" (W @ A^T)
+and "prefetch", see benchmarks/sweep_mxfp4.py). A shape of four numbers, BxMxNxK, is a batched product (smgemm.bmm
+against torch.bmm on [B, M, K] @ [B, K, N]); a trailing "u" (MxNxKu) reads the operands from buffers one column wider,
+as the random suite's odd problems do; a trailing "c" (after any "u") adds a C matrix of the output's shape, against
+torch.addmm / torch.baddbmm. "stage" / "nostage" copy operands whose rows the tile cannot read at full speed into
+aligned buffers first, or read them in place (`smgemm.plan.overrides(stage=...)`; without either the planner weighs the
+copy). A variant "auto ..." is the planner's own plan with the words that follow (e.g. "auto nostage").
 
     PYTHONPATH=src python benchmarks/sweep_configs.py --shapes 128x8192x8192 \\
         --variants "128x128x64 w8 s4 sk;128x128x64 w8 s4 tma sk"
@@ -29,7 +30,7 @@ from smgemm._device import device_spec, tf32_enabled
 from smgemm._gemm import gemm
 from smgemm._launch import operands_alignment
 from smgemm.plan import DTYPES, TileConfig, decide
-from smgemm.tools.bench import _operands, describe
+from smgemm.tools.bench import _operands, _torch_mm, describe
 from smgemm.tools.timing import copies_for, graph_rotating, table, time_rotating
 
 SCHEDULES = {"pers": "persistent", "sk": "streamk", "dp": "data_parallel"}
@@ -75,6 +76,16 @@ def unaligned_streamk():
     return smgemm.overrides(rates=dataclasses.replace(smgemm.Rates(), sk_align_fill=float("inf")))
 
 
+def with_rates(words: list[str]):
+    """Plans made inside use the device's rates with the variant's "rate:NAME=VALUE" words applied (none: as they
+    are)."""
+    changes = dict(w[len("rate:"):].split("=", 1) for w in words if w.startswith("rate:"))
+    if not changes:
+        return contextlib.nullcontext()
+    rates = device_spec(torch.device("cuda")).rates
+    return smgemm.overrides(rates=dataclasses.replace(rates, **{k: float(v) for k, v in changes.items()}))
+
+
 def unclamped():
     """Launches made inside start the last row and column of tiles where a tile would, past the previous tile's end
     (no `smgemm._launch.edge_tiles_clamped`): the variant word "noclamp"."""
@@ -117,7 +128,7 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
             words = name.split()
             staging = True if "stage" in words else False if "nostage" in words else None
             with unaligned_streamk() if "noalign" in words else contextlib.nullcontext(), \
-                    unclamped() if "noclamp" in words else contextlib.nullcontext(), \
+                    unclamped() if "noclamp" in words else contextlib.nullcontext(), with_rates(words), \
                     smgemm.plan.overrides(stage=staging):
                 err, t = run(kw)
             row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,
@@ -174,8 +185,9 @@ def main():
             sets = [(*pair, torch.randn(*pair[0].shape[:-1], n, device="cuda").to(dtype)) for pair in sets]
         a, b, *c = sets[0]
         ref = a.float() @ b.float() + (c[0].float() if c else 0)
-        peer = (torch.baddbmm if batch > 1 else torch.addmm) if with_c else torch.matmul
-        t_torch = timer(lambda x, y, *z, peer=peer: peer(*z, x, y), sets) if dtype != DTYPES["fp8"] else 0
+        peer = (torch.baddbmm if batch > 1 else torch.addmm) if with_c else _torch_mm(dtype)
+        fp8_peer = dtype != DTYPES["fp8"] or (batch == 1 and not with_c)  # torch._scaled_mm: 2-D, no C
+        t_torch = timer(lambda x, y, *z, peer=peer: peer(*z, x, y), sets) if fp8_peer else 0
 
         def run(kw, a=a, b=b, c=c, ref=ref, sets=sets):
             fn = lambda x, y, *z: gemm(x, y, c=z[0] if z else None, num_sms=args.num_sms, **kw)
