@@ -4,7 +4,8 @@ elements; tma = TMA loads + TMA store + flattened loop; whole = with tma, one TM
 default schedule pers; noalign = Stream-K split evenly over the whole budget, not over a grid aligned to the tiles;
 noclamp = the last row and column of tiles start where a tile would, never a tile before the edge
 (`smgemm._launch.edge_tiles_clamped`); rate:NAME=VALUE = planned with the model's `smgemm.Rates` field NAME set to
-VALUE, e.g. "auto rate:one_wave_64_factor=1" for the planner without that factor; MXFP4 GEMMs also take "swap" (W @ A^T)
+VALUE, e.g. "auto rate:one_wave_64_factor=1" for the planner without that factor; hostdesc = A and B read through
+descriptors built on the host (`smgemm.plan.overrides(host_descriptors=True)`); MXFP4 GEMMs also take "swap" (W @ A^T)
 and "prefetch", see benchmarks/sweep_mxfp4.py). A shape of four numbers, BxMxNxK, is a batched product (smgemm.bmm
 against torch.bmm on [B, M, K] @ [B, K, N]); a trailing "u" (MxNxKu) reads the operands from buffers one column wider,
 as the random suite's odd problems do; a trailing "c" (after any "u") adds a C matrix of the output's shape, against
@@ -129,7 +130,7 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
             staging = True if "stage" in words else False if "nostage" in words else None
             with unaligned_streamk() if "noalign" in words else contextlib.nullcontext(), \
                     unclamped() if "noclamp" in words else contextlib.nullcontext(), with_rates(words), \
-                    smgemm.plan.overrides(stage=staging):
+                    smgemm.plan.overrides(stage=staging, host_descriptors=True if "hostdesc" in words else None):
                 err, t = run(kw)
             row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,
                         "err": f"{err:.1e}"})

@@ -11,12 +11,13 @@ import torch
 from triton import knobs
 from triton.runtime import _allocation
 from triton.runtime.errors import OutOfResources
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ._device import device_spec
 from .kernels.gemm import gemm_kernel
 from .kernels.stage import stage_kernel
 from .mxfp4 import MXFP4Tensor
-from .plan import Plan, TileConfig, clamps_edge_tiles
+from .plan import _OVERRIDES, Plan, TileConfig, clamps_edge_tiles
 
 
 class Operands(NamedTuple):
@@ -427,8 +428,30 @@ def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, ke
 
 
 def addresses(tensors: tuple) -> tuple:
-    """`tensor_args`' tensors as device addresses (None stays None)."""
-    return tuple(None if t is None else t.data_ptr() for t in tensors)
+    """`tensor_args`' tensors as device addresses (None and host-built descriptors stay as they are)."""
+    return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else t for t in tensors)
+
+
+def host_descriptors(tensors: tuple, ints: tuple, meta: dict) -> tuple:
+    """`tensor_args`' tensors with A and B, where a dense 2-D product reads them through TMA, replaced by tensor
+    descriptors built on the host (`plan.overrides(host_descriptors=True)`): the kernel then takes them as parameters
+    instead of building them in global scratch as it starts (`kernels.gemm._descriptor`). The same views as the
+    device-built ones: A [M, K] or, column-major, A^T [K, M]; B [K, N] or B^T [N, K]."""
+    dense_2d = not (meta["BATCHED"] or meta["A_MX"] or meta["B_MX"])
+    if not dense_2d or (meta["A_DESC"] == "pointers" and meta["B_DESC"] == "pointers"):
+        return tensors
+    (m, n, k), (stride_am, stride_ak), (stride_bk, stride_bn) = ints[0], ints[1], ints[2]
+    bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
+    a, b = tensors[0], tensors[1]
+    if meta["A_DESC"] == "stored":
+        a = TensorDescriptor(a, [m, k], [stride_am, 1], [bm, bk])
+    elif meta["A_DESC"] == "transposed":
+        a = TensorDescriptor(a, [k, m], [stride_ak, 1], [bk, bm])
+    if meta["B_DESC"] == "stored":
+        b = TensorDescriptor(b, [k, n], [stride_bk, 1], [bk, bn])
+    elif meta["B_DESC"] == "transposed":
+        b = TensorDescriptor(b, [n, k], [stride_bn, 1], [bn, bk])
+    return (a, b, *tensors[2:])
 
 
 class Repeat:
@@ -485,16 +508,18 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
 
 def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher):
     grid = plan.num_programs
+    host = _OVERRIDES.host_descriptors is True
+    args = host_descriptors(tensors, ints, meta) if host else tensors
     if device.type != "cuda":  # the interpreter: nothing compiled, nothing to cache
-        gemm_kernel[(grid,)](*tensors, *ints, epoch(), floats, **meta)
+        gemm_kernel[(grid,)](*args, *ints, epoch(), floats, **meta)
         return None
     if launcher is None:
-        key = (device.index, plan, *meta.values(), ints, tuple(t is not None and t.dtype for t in tensors),
+        key = (device.index, plan, host, *meta.values(), ints, tuple(t is not None and t.dtype for t in tensors),
                tuple(t is not None and t.data_ptr() % 16 == 0 for t in tensors))
         launcher = LAUNCHERS.get(key)
         if launcher is None:  # compile (and launch)
-            return run_cached(gemm_kernel, grid, (*tensors, *ints, epoch(), floats), meta, device.index, key,
+            return run_cached(gemm_kernel, grid, (*args, *ints, epoch(), floats), meta, device.index, key,
                               num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
-    launcher((*addresses(tensors), *ints, epoch(), floats, *meta.values()),
+    launcher((*addresses(args), *ints, epoch(), floats, *meta.values()),
              torch._C._cuda_getCurrentRawStream(device.index))
     return launcher

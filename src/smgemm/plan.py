@@ -1151,6 +1151,7 @@ class _Overrides:
     schedule: str | None = None
     rates: Rates | None = None
     stage: bool | None = None
+    host_descriptors: bool | None = None
     version: int = 0
 
 
@@ -1159,12 +1160,15 @@ _OVERRIDES = _Overrides()
 
 @contextlib.contextmanager
 def overrides(*, config: TileConfig | None = None, schedule: str | None = None,
-              rates: Rates | None = None, stage: bool | None = None) -> Iterator[None]:
+              rates: Rates | None = None, stage: bool | None = None,
+              host_descriptors: bool | None = None) -> Iterator[None]:
     """Force the plans of the smgemm GEMMs called inside the block: a tile `config`, a `schedule`, the model's
     `rates` (the planner's measured constants, `smgemm.Rates`), or whether operands whose rows are not aligned as the
     tile reads them fastest are copied into aligned buffers first (`stage`; `plan.stage_pays` decides otherwise).
-    What is not given is planned as usual; tuning files are not consulted for a forced config or schedule. For
-    tests, sweeps and users who measured better.
+    `host_descriptors=True` launches 2-D products whose kernel reads A or B through TMA with those descriptors built
+    on the host (`_launch.host_descriptors`; off by default: docs/performance.md, "Rows 16 but not 32 bytes apart",
+    has what it saves and costs). What is not given is planned as usual; tuning files are not consulted for a forced
+    config or schedule. For tests, sweeps and users who measured better.
 
         with smgemm.plan.overrides(config=TileConfig(128, 128, 64, num_warps=8), schedule="streamk"):
             y = smgemm.matmul(a, b)
@@ -1180,16 +1184,21 @@ def overrides(*, config: TileConfig | None = None, schedule: str | None = None,
         raise TypeError(f"rates must be a smgemm.Rates, got {type(rates).__name__}")
     if stage is not None and not isinstance(stage, bool):
         raise TypeError(f"stage must be a bool, got {type(stage).__name__}")
-    saved = _OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates, _OVERRIDES.stage
+    if host_descriptors is not None and not isinstance(host_descriptors, bool):
+        raise TypeError(f"host_descriptors must be a bool, got {type(host_descriptors).__name__}")
+    saved = (_OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates, _OVERRIDES.stage,
+             _OVERRIDES.host_descriptors)
     _OVERRIDES.config = config if config is not None else saved[0]
     _OVERRIDES.schedule = schedule if schedule is not None else saved[1]
     _OVERRIDES.rates = rates if rates is not None else saved[2]
     _OVERRIDES.stage = stage if stage is not None else saved[3]
+    _OVERRIDES.host_descriptors = host_descriptors if host_descriptors is not None else saved[4]
     _OVERRIDES.version += 1
     try:
         yield
     finally:
-        _OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates, _OVERRIDES.stage = saved
+        (_OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates, _OVERRIDES.stage,
+         _OVERRIDES.host_descriptors) = saved
         _OVERRIDES.version += 1
 
 
