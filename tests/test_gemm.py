@@ -288,3 +288,21 @@ def test_linear_with_empty_k_and_leading_dims(device):
     x, w = randn((2, 3, 0), torch.float32, device), randn((5, 0), torch.float32, device)
     bias = randn((5,), torch.float32, device)
     torch.testing.assert_close(smgemm.linear(x, w, bias), bias.expand(2, 3, 5))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "num_sms"), [
+    (256, 4096, 8192, torch.bfloat16, None), (200, 4096, 8192, torch.bfloat16, None),
+    (1024, 1024, 16384, torch.float16, None), (256, 2048, 8192, torch.bfloat16, 66),
+    (256, 4096, 8192, torch.float8_e4m3fn, None), (320, 2048, 8192, torch.float8_e4m3fn, 100)])
+def test_one_wave_of_64_x_128_tiles_over_long_k_loops(m, n, k, dtype, num_sms):
+    """The planner's one-wave 64 x 128 plans (`plan._one_wave_64`; fp8 on 256-element K steps) compute within the
+    dtypes' bounds."""
+    a = randn((m, k), dtype, "cuda")
+    w = randn((n, k), dtype, "cuda")
+    spec = device_spec(a.device)
+    if spec.num_sms == 132:  # (the H200's and H100's count, at which these sizes make one wave)
+        plan = make_plan(m, n, k, dtype, spec, num_sms=num_sms)
+        assert (plan.schedule, plan.config.block_m, plan.config.block_n, plan.config.tma) == \
+            ("persistent", 64, 128, False), plan
+    assert_gemm_close(smgemm.matmul(a, w.t(), num_sms=num_sms), a, w.t())
