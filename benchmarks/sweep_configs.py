@@ -71,20 +71,17 @@ def patched(module, **attrs):
         forget()
 
 
-def unaligned_streamk():
-    """Plans made inside split Stream-K tiles evenly over the whole budget, never over a grid aligned to the tiles
-    (plan._aligned_programs): the variant word "noalign"."""
-    return smgemm.overrides(rates=dataclasses.replace(smgemm.Rates(), sk_align_fill=float("inf")))
-
-
 def with_rates(words: list[str]):
-    """Plans made inside use the device's rates with the variant's "rate:NAME=VALUE" words applied (none: as they
-    are)."""
-    changes = dict(w[len("rate:"):].split("=", 1) for w in words if w.startswith("rate:"))
+    """Plans made inside use the device's rates with the variant's "rate:NAME=VALUE" words applied, and with "noalign"
+    split Stream-K tiles evenly over the whole budget, never over a grid aligned to the tiles (plan._aligned_programs);
+    without either, the rates as they are. One `overrides` block for all of them: an inner block's rates replace an
+    outer one's whole."""
+    changes = {k: float(v) for k, v in (w[len("rate:"):].split("=", 1) for w in words if w.startswith("rate:"))}
+    if "noalign" in words:
+        changes["sk_align_fill"] = float("inf")
     if not changes:
         return contextlib.nullcontext()
-    rates = device_spec(torch.device("cuda")).rates
-    return smgemm.overrides(rates=dataclasses.replace(rates, **{k: float(v) for k, v in changes.items()}))
+    return smgemm.overrides(rates=dataclasses.replace(device_spec(torch.device("cuda")).rates, **changes))
 
 
 def unclamped():
@@ -128,8 +125,7 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
                 kw = {"config": cfg, "schedule": sched}
             words = name.split()
             staging = True if "stage" in words else False if "nostage" in words else None
-            with unaligned_streamk() if "noalign" in words else contextlib.nullcontext(), \
-                    unclamped() if "noclamp" in words else contextlib.nullcontext(), with_rates(words), \
+            with with_rates(words), unclamped() if "noclamp" in words else contextlib.nullcontext(), \
                     smgemm.plan.overrides(stage=staging, host_descriptors=True if "hostdesc" in words else None):
                 err, t = run(kw)
             row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,

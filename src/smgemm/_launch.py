@@ -427,9 +427,12 @@ def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, ke
     return launcher
 
 
-def addresses(tensors: tuple) -> tuple:
-    """`tensor_args`' tensors as device addresses (None and host-built descriptors stay as they are)."""
-    return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else t for t in tensors)
+def addresses(tensors: tuple, descriptors: bool = False) -> tuple:
+    """`tensor_args`' tensors as device addresses (None stays None; with `descriptors`, so do host-built descriptors,
+    `host_descriptors`)."""
+    if descriptors:
+        return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else t for t in tensors)
+    return tuple(None if t is None else t.data_ptr() for t in tensors)
 
 
 def host_descriptors(tensors: tuple, ints: tuple, meta: dict) -> tuple:
@@ -520,6 +523,6 @@ def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, fl
         if launcher is None:  # compile (and launch)
             return run_cached(gemm_kernel, grid, (*args, *ints, epoch(), floats), meta, device.index, key,
                               num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
-    launcher((*addresses(args), *ints, epoch(), floats, *meta.values()),
+    launcher((*addresses(args, host), *ints, epoch(), floats, *meta.values()),
              torch._C._cuda_getCurrentRawStream(device.index))
     return launcher

@@ -647,16 +647,15 @@ def choose_config(
         square_deep = spec.rates.square_deep_factor if square5 else 1.0
         cfg = TileConfig(bm, bn, block_k, num_warps=warps, num_stages=stages, tma=hopper, tma_store=hopper,
                          flatten=hopper)
+        # fp8 takes 256-byte K steps on persistent 4-warp tiles only in one wave of 64 x 128 tiles (_one_wave_64)
+        long_steps = elem == 2 or (elem == 1 and _one_wave_64(
+            dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem), m, n, k, elem, batch, budget, dense, c_matrix))
         for schedule, waves in _candidates(schedules):
             if ((bm, bn) == (256, 128) and whole_chip and schedule == "streamk") or \
                     (skinny and (largest or (bm * bn == 128 * 128 and not fma)) and schedule == "streamk") or \
                     (thin and (not dense or schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
             chosen, factor = cfg, 1.0
-            # fp8 takes 256-byte K steps on persistent 4-warp tiles only in one wave of 64 x 128 tiles (_one_wave_64)
-            long_steps = elem == 2 or (elem == 1 and _one_wave_64(
-                dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem), m, n, k, elem, batch, budget, dense,
-                c_matrix))
             one_wave = math.ceil(m / bm) * math.ceil(n / bn) <= budget >= spec.num_sms  # see _ONE_WAVE_STEP_BYTES
             if schedule != "streamk" and (bm, bn) == (64, 64) and dense and elem == 2 and not fma and batch == 1 \
                     and m > _STREAMING_MAX_M and k <= _ONE_WAVE_MAX_K and k * elem % _LONG_STEP_BYTES and one_wave:
