@@ -48,14 +48,15 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                     a_mx=False, b_mx=False, tma=False, flatten=False, tma_store=False, layout="nt",
                     mx_swap=False, mx_prefetch=False, batched=False, k_tail=False, unaligned=False, mx_layout="ocp",
                     use_int64=False, scales=False, input_precision="tf32", out="bf16", c="fp32", c_row=False,
-                    whole_store=False, vec=1, mask_m=False, one_row=False, clamp=False):
+                    whole_store=False, vec=1, mask_m=False, one_row=False, clamp=False, host_descriptors=False):
     """gemm_kernel compiled for sm_90 as a launch with these operands and plan would build it (`scales`: fp8's
     per-row / per-column scales; `out` / `c`: the output's and C's dtypes, `c_row`: C one row broadcast over M (a
     bias); an fp16 `dtype` with `b_mx` is the MX_FP16 route; `vec`: the alignment, in elements, of the K-contiguous
     rows of operands read through pointers, as `_launch.vector_elements` gives it; `mask_m`: A has at most a quarter
     of the tile's rows, read through pointers, as `_launch.static_args` gives MASK_M; `one_row`: an MXFP4 weight's
     activations are one row, ONE_ROW; `clamp`: the last row and column of tiles end at the edge, CLAMP_M and
-    CLAMP_N)."""
+    CLAMP_N; `host_descriptors`: with `tma`, A and B are tensor descriptors built on the host,
+    `_launch.with_descriptors`)."""
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -92,6 +93,13 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                 elif field in _DIV16 and not ((k_tail or unaligned) and field == "K") and not (
                         unaligned and field in ("stride_am", "stride_ak", "stride_bk", "stride_bn")):
                     attrs[(i, j)] = [["tt.divisibility", 16]]
+        elif name in ("a_ptr", "b_ptr") and host_descriptors and tma and not (a_mx or b_mx):
+            # blocks as `_launch.descriptor_boxes` gives them
+            stored = layout[0 if name == "a_ptr" else 1] == "n"
+            block = {("a_ptr", True): tile[::2], ("a_ptr", False): (tile[2], tile[0]),
+                     ("b_ptr", True): tile[:0:-1], ("b_ptr", False): tile[1:]}[name, stored]
+            block = (1, *block) if batched else block
+            signature[name] = f"tensordesc<{dtype}[{', '.join(map(str, block))}]>"
         elif name == "a_ptr":
             signature[name] = "*u8" if a_mx else f"*{dtype}"
         elif name == "b_ptr":
@@ -107,7 +115,7 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
             signature[name] = _POINTERS[name]
         else:
             signature[name] = "i64"  # epoch
-        if name.endswith("_ptr") and name not in absent:
+        if name.endswith("_ptr") and name not in absent and not signature[name].startswith("tensordesc"):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = triton.compiler.ASTSource(fn=gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
@@ -163,6 +171,8 @@ def main():
     p.add_argument("--a-mx", action="store_true")
     p.add_argument("--b-mx", action="store_true")
     p.add_argument("--tma", action="store_true", help="A and (a transposed) B through device-built tensor descriptors")
+    p.add_argument("--host-descriptors", action="store_true",
+                   help="with --tma: A's and B's descriptors built on the host, kernel parameters")
     p.add_argument("--flatten", action="store_true")
     p.add_argument("--tma-store", action="store_true", help="store D through a tensor descriptor")
     p.add_argument("--whole-store", action="store_true", help="with --tma-store: one store a tile, not two halves")
@@ -193,7 +203,7 @@ def main():
                              mx_swap=args.mx_swap, mx_prefetch=args.mx_prefetch, batched=args.batched,
                              k_tail=args.k_tail or args.unaligned, unaligned=args.unaligned,
                              mx_layout=args.mx_layout, use_int64=args.int64, vec=args.vec,
-                             mask_m=args.mask_m, one_row=args.one_row)
+                             mask_m=args.mask_m, one_row=args.one_row, host_descriptors=args.host_descriptors)
     if args.ptx:
         print(kernel.asm["ptx"])
     if args.ttgir:

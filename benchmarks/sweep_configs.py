@@ -4,8 +4,10 @@ elements; tma = TMA loads + TMA store + flattened loop; whole = with tma, one TM
 default schedule pers; noalign = Stream-K split evenly over the whole budget, not over a grid aligned to the tiles;
 noclamp = the last row and column of tiles start where a tile would, never a tile before the edge
 (`smgemm._launch.edge_tiles_clamped`); rate:NAME=VALUE = planned with the model's `smgemm.Rates` field NAME set to
-VALUE, e.g. "auto rate:one_wave_64_factor=1" for the planner without that factor; hostdesc = A and B read through
-descriptors built on the host (`smgemm.plan.overrides(host_descriptors=True)`); MXFP4 GEMMs also take "swap" (W @ A^T)
+VALUE, e.g. "auto rate:one_wave_64_factor=1" for the planner without that factor; hostdesc / devdesc = A and B read
+through descriptors built on the host / by each program on the device wherever they are read through TMA
+(`smgemm.plan.overrides(host_descriptors=True / False)`; without either `plan.host_descriptors_pay` decides); MXFP4
+GEMMs also take "swap" (W @ A^T)
 and "prefetch", see benchmarks/sweep_mxfp4.py). A shape of four numbers, BxMxNxK, is a batched product (smgemm.bmm
 against torch.bmm on [B, M, K] @ [B, K, N]); a trailing "u" (MxNxKu) reads the operands from buffers one column wider,
 as the random suite's odd problems do; a trailing "c" (after any "u") adds a C matrix of the output's shape, against
@@ -71,6 +73,11 @@ def patched(module, **attrs):
         forget()
 
 
+def _descriptors(words: list[str]) -> bool | None:
+    """`overrides`' host_descriptors for a variant's words: "hostdesc" True, "devdesc" False, else None."""
+    return True if "hostdesc" in words else False if "devdesc" in words else None
+
+
 def with_rates(words: list[str]):
     """Plans made inside use the device's rates with the variant's "rate:NAME=VALUE" words applied, and with "noalign"
     split Stream-K tiles evenly over the whole budget, never over a grid aligned to the tiles (plan._aligned_programs);
@@ -126,7 +133,7 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
             words = name.split()
             staging = True if "stage" in words else False if "nostage" in words else None
             with with_rates(words), unclamped() if "noclamp" in words else contextlib.nullcontext(), \
-                    smgemm.plan.overrides(stage=staging, host_descriptors=True if "hostdesc" in words else None):
+                    smgemm.plan.overrides(stage=staging, host_descriptors=_descriptors(words)):
                 err, t = run(kw)
             row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,
                         "err": f"{err:.1e}"})

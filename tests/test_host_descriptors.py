@@ -1,5 +1,6 @@
-"""Launches that read A and B through tensor descriptors built on the host (`plan.overrides(host_descriptors=True)`,
-`_launch.host_descriptors`) compute what the device-built ones do."""
+"""Launches read A and B through tensor descriptors built on the host (`_launch.reads_host_descriptors`,
+`with_descriptors`) wherever the kernel reads them through TMA, unless `plan.overrides(host_descriptors=False)` has
+the kernel build them; both compute the same products, 2-D and batched."""
 
 import pytest
 import torch
@@ -7,7 +8,8 @@ import torch
 import smgemm
 import smgemm._launch as L
 from reference import assert_gemm_close
-from smgemm.plan import TileConfig
+from smgemm._device import INTERPRETER_SPEC
+from smgemm.plan import TileConfig, host_descriptors_pay, make_plan
 
 TILES = [
     (TileConfig(128, 128, 32, num_warps=8, num_stages=3, tma=True, tma_store=True, flatten=True), "persistent"),
@@ -17,18 +19,29 @@ TILES = [
 
 @pytest.fixture
 def descriptor_kinds(monkeypatch):
-    """(mode, what the kernel was given) for A and B of every launch: "pointers" modes get tensors, descriptor modes
-    host-built descriptors."""
+    """(mode, what the kernel was given) for A and B of every launch that builds descriptors on the host:
+    "pointers" modes get tensors, descriptor modes host-built descriptors."""
     seen = []
-    real = L.host_descriptors
+    real = L.with_descriptors
 
-    def spy(tensors, ints, meta):
-        out = real(tensors, ints, meta)
+    def spy(tensors, ints, meta, *make):
+        out = real(tensors, ints, meta, *make)
         seen.extend((mode, type(t).__name__) for mode, t in zip((meta["A_DESC"], meta["B_DESC"]), out[:2]))
         return out
 
-    monkeypatch.setattr(L, "host_descriptors", spy)
+    monkeypatch.setattr(L, "with_descriptors", spy)
     return seen
+
+
+def _operands(device, dtype, layout, m, n, k, batch=None):
+    """A [m, k] and B [k, n] (with a leading batch dim if `batch`): "n" as stored, "t" a column-major view."""
+    lead = () if batch is None else (batch,)
+    a = torch.randn(*lead, m, k, device=device).to(dtype)
+    w = torch.randn(*lead, n, k, device=device).to(dtype)
+    if layout[0] == "t":
+        a = a.transpose(-1, -2).contiguous().transpose(-1, -2)  # column-major A: a descriptor over A^T
+    b = w.transpose(-1, -2) if layout[1] == "t" else w.transpose(-1, -2).contiguous()
+    return a, b
 
 
 @pytest.mark.parametrize(("dtype", "layout"), [(torch.float16, "nt"), (torch.float16, "tn"), (torch.float16, "nn"),
@@ -37,26 +50,91 @@ def descriptor_kinds(monkeypatch):
 @pytest.mark.parametrize(("m", "n", "k"), [(200, 136, 96), (130, 70, 256)])
 def test_host_built_descriptors_read_what_device_built_ones_read(descriptor_kinds, device, dtype, layout, cfg,
                                                                    schedule, m, n, k):
-    a = torch.randn(m, k, device=device).to(dtype)
-    w = torch.randn(n, k, device=device).to(dtype)
-    if layout[0] == "t":
-        a = a.t().contiguous().t()  # column-major A: a descriptor over A^T
-    b = w.t() if layout[1] == "t" else w.t().contiguous()
-    with smgemm.overrides(config=cfg, schedule=schedule, host_descriptors=True):
+    a, b = _operands(device, dtype, layout, m, n, k)
+    with smgemm.overrides(config=cfg, schedule=schedule):
         outs = [smgemm.matmul(a, b) for _ in range(2)]  # the second call repeats the first's signature
+    with smgemm.overrides(config=cfg, schedule=schedule, host_descriptors=False):
+        built = smgemm.matmul(a, b)
     for out in outs:
         assert_gemm_close(out, a, b)
-    assert len(descriptor_kinds) == 4 and any(mode != "pointers" for mode, _ in descriptor_kinds)
+        assert torch.equal(out, built)  # the same tiles read the same values: bit for bit
+    # the first call builds Triton's TensorDescriptors; on a GPU the repeat's launch makes HostDescriptors
+    assert len(descriptor_kinds) in (2, 4)  # staged operands (no repeat launch) build them on both calls
+    assert any(mode != "pointers" for mode, _ in descriptor_kinds)
     assert all((mode == "pointers") == (kind == "Tensor") for mode, kind in descriptor_kinds), descriptor_kinds
 
 
-def test_host_descriptors_only_where_asked(descriptor_kinds, device):
-    a = torch.randn(200, 96, device=device).half()
-    w = torch.randn(136, 96, device=device).half()
+@pytest.mark.parametrize("layout", ["nt", "tn"])
+@pytest.mark.parametrize("schedule", ["persistent", "streamk"])
+def test_batched_products_read_host_built_3d_descriptors(descriptor_kinds, device, layout, schedule):
+    cfg = TileConfig(64, 64, 32, num_warps=4, num_stages=2, tma=True, tma_store=True)
+    a, b = _operands(device, torch.float16, layout, 70, 80, 96, batch=3)
+    with smgemm.overrides(config=cfg, schedule=schedule):
+        out = smgemm.bmm(a, b, num_sms=4)
+    with smgemm.overrides(config=cfg, schedule=schedule, host_descriptors=False):
+        built = smgemm.bmm(a, b, num_sms=4)
+    for i in range(3):
+        assert_gemm_close(out[i], a[i], b[i])
+    assert torch.equal(out, built)
+    assert [mode for mode, _ in descriptor_kinds] == (["stored", "transposed"] if layout == "nt" else
+                                                      ["transposed", "stored"])
+    # (a launcher compiled for an earlier identical plan launches HostDescriptors at once)
+    assert all(kind in ("TensorDescriptor", "HostDescriptor") for _, kind in descriptor_kinds)
+
+
+def test_device_built_descriptors_where_asked_and_for_mxfp4(descriptor_kinds, device):
+    a, b = _operands(device, torch.float16, "nt", 200, 136, 96)
     cfg = TILES[0][0]
-    with smgemm.overrides(config=cfg):
-        assert_gemm_close(smgemm.matmul(a, w.t()), a, w.t())
+    with smgemm.overrides(config=cfg, host_descriptors=False):
+        assert_gemm_close(smgemm.matmul(a, b), a, b)
     assert descriptor_kinds == []
+    plan = make_plan(512, 4096, 4096, torch.bfloat16, INTERPRETER_SPEC, schedule="persistent", config=cfg)
+    meta = {"A_MX": "", "B_MX": "hopper", "A_DESC": "stored", "B_DESC": "pointers", "BATCHED": False}
+    assert not L.reads_host_descriptors(plan, meta)  # an MXFP4 product's activations: device-built
+    assert L.reads_host_descriptors(plan, {**meta, "B_MX": ""})
+    assert not L.reads_host_descriptors(plan, {**meta, "B_MX": "", "A_DESC": "pointers"})  # nothing through TMA
+    several = make_plan(1024, 14336, 4096, torch.bfloat16, INTERPRETER_SPEC, schedule="persistent", config=cfg)
+    assert not L.reads_host_descriptors(several, {**meta, "B_MX": ""})  # where they measured slower
+    with smgemm.overrides(host_descriptors=True):
+        assert L.reads_host_descriptors(several, {**meta, "B_MX": ""})
     with pytest.raises(TypeError, match="host_descriptors must be a bool"):
         with smgemm.overrides(host_descriptors=1):
             pass
+
+
+def test_descriptor_boxes_are_the_kernels_views():
+    ints = ((200, 136, 96), (96, 1), (1, 96), (136, 1), (0, 0), (0, 0), (0, 0), (1, 0, 0, 0, 0), (4, 0))
+    meta = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "A_DESC": "stored", "B_DESC": "transposed",
+            "BATCHED": False}
+    assert L.descriptor_boxes(ints, meta) == (([200, 96], [96, 1], [128, 32]), ([136, 96], [96, 1], [64, 32]))
+    col_major = ((200, 136, 96), (1, 200), (136, 1), (136, 1), (0, 0), (0, 0), (0, 0), (1, 0, 0, 0, 0), (4, 0))
+    assert L.descriptor_boxes(col_major, {**meta, "A_DESC": "transposed", "B_DESC": "stored"}) == (
+        ([96, 200], [200, 1], [32, 128]), ([96, 136], [136, 1], [32, 64]))
+    assert L.descriptor_boxes(ints, {**meta, "A_DESC": "pointers"})[0] is None
+    batched = (*ints[:7], (3, 19200, 13056, 0, 27200), (4, 0))
+    assert L.descriptor_boxes(batched, {**meta, "BATCHED": True}) == (
+        ([3, 200, 96], [19200, 96, 1], [1, 128, 32]), ([3, 136, 96], [13056, 96, 1], [1, 64, 32]))
+
+
+def test_host_descriptor_reads_as_triton_reads_its_own():
+    d = L.HostDescriptor(4096, [3, 200, 96], [19200, 96, 1], [1, 128, 32])
+    assert d.base.data_ptr() == 4096 and d.padding == "zero" and d.round_f32_to_tf32 is False
+    assert (d.shape, d.strides, d.block_shape, d.encoded) == ([3, 200, 96], [19200, 96, 1], [1, 128, 32], None)
+
+
+def test_host_descriptors_pay_where_measured():
+    """Host-built everywhere measured faster: one wave, Stream-K, 128 x 256 tiles, batches; not over several waves of
+    persistent 128 x 128 tiles of one product."""
+    bf16, spec = torch.bfloat16, INTERPRETER_SPEC
+
+    def plan(m, n, k, tile, schedule="persistent"):
+        cfg = TileConfig(*tile, num_warps=8, num_stages=3, tma=True, tma_store=True)
+        return make_plan(m, n, k, bf16, spec, schedule=schedule, config=cfg)
+
+    one_wave, several = plan(512, 4096, 4096, (128, 128, 64)), plan(1024, 14336, 4096, (128, 128, 64))
+    assert one_wave.dp_tiles <= one_wave.num_programs < several.dp_tiles and several.sk_tiles == 0
+    assert host_descriptors_pay(one_wave, False) and not host_descriptors_pay(several, False)
+    assert host_descriptors_pay(several, True)  # a batch's
+    assert host_descriptors_pay(plan(1024, 14336, 4096, (128, 256, 64)), False)
+    split = plan(512, 10240, 8192, (128, 128, 64), "streamk")
+    assert split.sk_tiles and host_descriptors_pay(split, False)

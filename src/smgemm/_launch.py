@@ -3,6 +3,7 @@ specialisation (host time: a cached launch calls Triton's C launch function dire
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable
 from typing import NamedTuple
@@ -17,7 +18,7 @@ from ._device import device_spec
 from .kernels.gemm import gemm_kernel
 from .kernels.stage import stage_kernel
 from .mxfp4 import MXFP4Tensor
-from .plan import _OVERRIDES, Plan, TileConfig, clamps_edge_tiles
+from .plan import _OVERRIDES, Plan, TileConfig, clamps_edge_tiles, host_descriptors_pay
 
 
 class Operands(NamedTuple):
@@ -338,8 +339,9 @@ class Launcher:
     function, taking them as one sequence with the kernel's argument annotations and signature. Tensors reach it as
     their device addresses: given a tensor, it would call its `data_ptr` through Python and ask the driver about the
     address (`cuPointerGetAttribute`), once per pointer argument; the checks before every launch already placed each
-    tensor on the launch's device. The global scratch in which device-built tensor descriptors live comes from
-    PyTorch's caching allocator on the current device and stream. While Triton's launch hooks are set (a profiler),
+    tensor on the launch's device; tensor descriptors built on the host reach it encoded, each once per
+    `HostDescriptor` (`descriptor_launch`). The global scratch in which device-built tensor descriptors live comes
+    from PyTorch's caching allocator on the current device and stream. While Triton's launch hooks are set (a profiler),
     and where the compiled kernel is laid out as neither Triton lays it out or its launch function refuses the
     arguments (a TypeError, raised before anything is launched: another Triton), launches go through Triton's runner
     (tests/test_launcher.py checks both conventions on the CPU).
@@ -361,6 +363,15 @@ class Launcher:
             self.metadata = compiled.packed_metadata
         except AttributeError:  # another Triton's internals: its runner only
             self.c_launch = None
+        # Where the kernel takes tensor descriptors, Triton's launch function is a Python wrapper that encodes each
+        # one on every launch (`make_tensordesc_arg`) before its C launch function: launch through that function
+        # with encodings made once per HostDescriptor instead (`_encoded`). Elsewhere the wrapper encodes them.
+        self.descriptors = None
+        if self.c_launch is not None:
+            found = descriptor_launch(self.c_launch)
+            if found is not None:
+                self.c_launch, self.descriptors, self.encode = found
+                self.both = tuple(position for position, _ in self.descriptors) == (0, 1)
 
     def __call__(self, args: tuple, stream: int) -> None:
         """Launch with `args` in the kernel's order, tensors given as their device addresses (`addresses`); the
@@ -373,6 +384,9 @@ class Launcher:
             finally:
                 _allocation._allocator.reset(token)
             return
+        given = args
+        if self.descriptors is not None:
+            args = self._encoded(args)
         scratch = _scratch(self.scratch_bytes, 128, stream) if self.scratch_bytes else None  # alive until queued
         address = scratch.data_ptr() if scratch is not None else None
         try:
@@ -383,8 +397,65 @@ class Launcher:
                 self.c_launch(self.grid, 1, 1, stream, *self.fixed, address, None, self.metadata, None, None, None,
                               *args)
         except TypeError:  # a Triton whose launch function parses other arguments (nothing was launched): its runner
-            self.c_launch = None
-            self(args, stream)
+            self.c_launch = self.descriptors = None
+            self(given, stream)
+
+    def _encoded(self, args: tuple) -> tuple | list:
+        """`args` with each tensor descriptor (a HostDescriptor, or Triton's own) replaced by the arguments its
+        encoding passes to the kernel, as Triton's wrapper would make them; a HostDescriptor keeps its encoding.
+        First, in one step, the usual case: A and B both encoded HostDescriptors."""
+        if self.both:
+            first, second = getattr(args[0], "encoded", None), getattr(args[1], "encoded", None)
+            if first is not None and second is not None:
+                return (*first, *second, *args[2:])
+        flat, start = [], 0
+        for position, meta in self.descriptors:
+            flat += args[start:position]
+            descriptor = args[position]
+            encoded = getattr(descriptor, "encoded", None)
+            if encoded is None:
+                encoded = self.encode(descriptor, meta)
+                if isinstance(descriptor, HostDescriptor):
+                    descriptor.encoded = encoded
+            flat += encoded
+            start = position + 1
+        flat += args[start:]
+        return flat
+
+
+def descriptor_launch(launch) -> tuple[Callable, tuple, Callable] | None:
+    """Triton's launch function behind `launch` where `launch` is the wrapper that encodes the kernel's tensor
+    descriptors (`wrap_handle_tensordesc` of triton.backends.nvidia.driver: Triton 3.6-3.8): (that function, the
+    (argument position, descriptor metadata) of each descriptor in order, `encode(descriptor, metadata)` giving
+    what the wrapper passes for it). None for any other `launch`: a kernel without descriptors, or a wrapper this
+    does not know (launches then go through it)."""
+    try:
+        closure = inspect.getclosurevars(launch)
+    except TypeError:  # a builtin: no wrapper
+        return None
+    names = {**closure.globals, **closure.nonlocals}
+    inner, metas = names.get("launcher"), names.get("tensordesc_meta")
+    make = names.get("make_tensordesc_arg")
+    if "tensordesc_indices" in names:  # Triton 3.6, 3.7
+        positions = sorted(names["tensordesc_indices"])
+    elif isinstance(names.get("relevant_paths"), dict):  # Triton 3.8: paths into the (nested) arguments
+        paths = names["relevant_paths"]
+        if any(paths.values()):  # a descriptor inside a tuple argument
+            return None
+        positions = sorted(paths)
+    else:
+        return None
+    if not callable(inner) or not callable(make) or not metas or len(metas) != len(positions):
+        return None  # descriptors without metadata are decomposed, not encoded: left to the wrapper
+    takes = len(inspect.signature(make).parameters)
+    if takes == 2:
+        encode = make
+    elif takes == 3:  # Triton 3.8 passes the launch's leading arguments too, unused for tiled descriptors
+        def encode(descriptor, meta):
+            return make(descriptor, meta, None)
+    else:
+        return None
+    return inner, tuple(zip(positions, metas)), encode
 
 
 def _hooked(hook) -> bool:
@@ -427,34 +498,79 @@ def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, ke
     return launcher
 
 
-def addresses(tensors: tuple, descriptors: bool = False) -> tuple:
-    """`tensor_args`' tensors as device addresses (None stays None; with `descriptors`, so do host-built descriptors,
-    `host_descriptors`)."""
-    if descriptors:
-        return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else t for t in tensors)
-    return tuple(None if t is None else t.data_ptr() for t in tensors)
+def addresses(tensors: tuple) -> tuple:
+    """`tensor_args`' tensors as device addresses; None and host-built descriptors (`with_descriptors`) as they are."""
+    return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else t for t in tensors)
 
 
-def host_descriptors(tensors: tuple, ints: tuple, meta: dict) -> tuple:
-    """`tensor_args`' tensors with A and B, where a dense 2-D product reads them through TMA, replaced by tensor
-    descriptors built on the host (`plan.overrides(host_descriptors=True)`): the kernel then takes them as parameters
-    instead of building them in global scratch as it starts (`kernels.gemm._descriptor`). The same views as the
-    device-built ones: A [M, K] or, column-major, A^T [K, M]; B [K, N] or B^T [N, K]."""
-    dense_2d = not (meta["BATCHED"] or meta["A_MX"] or meta["B_MX"])
-    if not dense_2d or (meta["A_DESC"] == "pointers" and meta["B_DESC"] == "pointers"):
-        return tensors
+def reads_host_descriptors(plan: Plan, meta: dict) -> bool:
+    """Whether a launch gives the kernel A's and B's tensor descriptors built on the host (`with_descriptors`) rather
+    than letting each program build them in global scratch as it starts (`kernels.gemm._descriptor`): for dense
+    products whose kernel reads A or B through TMA, where the planner finds it pays (`plan.host_descriptors_pay`) or
+    `plan.overrides(host_descriptors=True)` asks for it, unless `host_descriptors=False` does not. The output's
+    descriptor (D_DESC) and MXFP4 products' stay on the device."""
+    forced = _OVERRIDES.host_descriptors
+    if forced is False or meta["A_MX"] or meta["B_MX"] or meta["A_DESC"] == meta["B_DESC"] == "pointers":
+        return False
+    return forced is True or host_descriptors_pay(plan, meta["BATCHED"])
+
+
+def descriptor_boxes(ints: tuple, meta: dict) -> tuple[tuple | None, tuple | None]:
+    """(shape, strides, block) of the tensor descriptors the kernel reads A and B through, as `kernels.gemm._descriptor`
+    builds them on the device (None for an operand read through pointers): A [M, K] or, column-major, A^T [K, M]; B
+    [K, N] or B^T [N, K]; with a batch, 3-D over it with blocks of one matrix."""
     (m, n, k), (stride_am, stride_ak), (stride_bk, stride_bn) = ints[0], ints[1], ints[2]
     bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
+    views_a = {"stored": ([m, k], [stride_am, 1], [bm, bk]), "transposed": ([k, m], [stride_ak, 1], [bk, bm])}
+    views_b = {"stored": ([k, n], [stride_bk, 1], [bk, bn]), "transposed": ([n, k], [stride_bn, 1], [bn, bk])}
+    boxes = [views_a.get(meta["A_DESC"]), views_b.get(meta["B_DESC"])]
+    if meta["BATCHED"]:
+        matrices, batch_strides = ints[7][0], ints[7][1:3]
+        boxes = [None if box is None else ([matrices, *box[0]], [stride, *box[1]], [1, *box[2]])
+                 for box, stride in zip(boxes, batch_strides)]
+    return boxes[0], boxes[1]
+
+
+class HostDescriptor:
+    """A tensor descriptor built on the host for a cached launch: what Triton's launcher reads of its own
+    `TensorDescriptor` (`base.data_ptr()`, shape, strides, padding, TF32 rounding), over a device address, and the
+    descriptor's encoding once `Launcher` made it. A repeat call's operand at an address it saw before reuses its
+    `HostDescriptor` (`Repeat`), so the encoding (~0.5 us of host time) is made once per address, not per launch.
+    The launch copies the encoded descriptor into the kernel's parameters, so one may serve launches still queued or
+    captured in a CUDA graph."""
+
+    __slots__ = ("address", "block_shape", "encoded", "shape", "strides")
+    padding = "zero"
+    round_f32_to_tf32 = False
+
+    def __init__(self, address: int, shape: list, strides: list, block_shape: list):
+        self.address, self.shape, self.strides, self.block_shape = address, shape, strides, block_shape
+        self.encoded = None
+
+    @property
+    def base(self) -> HostDescriptor:
+        return self
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+def with_descriptors(tensors: tuple, ints: tuple, meta: dict, make=TensorDescriptor) -> tuple:
+    """`tensor_args`' tensors with A and B, where the kernel reads them through TMA (`descriptor_boxes`), replaced by
+    descriptors built on the host: Triton's `TensorDescriptor`s (`make`; a first launch, which compiles, and the
+    interpreter), or `HostDescriptor`s (launches of a cached launcher; make=`host_descriptor`)."""
+    box_a, box_b = descriptor_boxes(ints, meta)
     a, b = tensors[0], tensors[1]
-    if meta["A_DESC"] == "stored":
-        a = TensorDescriptor(a, [m, k], [stride_am, 1], [bm, bk])
-    elif meta["A_DESC"] == "transposed":
-        a = TensorDescriptor(a, [k, m], [stride_ak, 1], [bk, bm])
-    if meta["B_DESC"] == "stored":
-        b = TensorDescriptor(b, [k, n], [stride_bk, 1], [bk, bn])
-    elif meta["B_DESC"] == "transposed":
-        b = TensorDescriptor(b, [n, k], [stride_bn, 1], [bn, bk])
+    if box_a is not None:
+        a = make(a, *box_a)
+    if box_b is not None:
+        b = make(b, *box_b)
     return (a, b, *tensors[2:])
+
+
+def host_descriptor(t: torch.Tensor, shape: list, strides: list, block_shape: list) -> HostDescriptor:
+    """A `HostDescriptor` over tensor `t` (`with_descriptors`' `make` for cached launchers)."""
+    return HostDescriptor(t.data_ptr(), shape, strides, block_shape)
 
 
 class Repeat:
@@ -464,7 +580,8 @@ class Repeat:
     For calls whose operands are launched as given (no staged copies) on a CUDA device. Returns False, launching
     nothing, when the current device is not the remembered one (the caller then takes `launch`'s way)."""
 
-    __slots__ = ("a_mx", "b_mx", "index", "ints", "launcher", "tail", "workspace_numel")
+    __slots__ = ("a_mx", "b_mx", "boxes", "descriptors", "index", "ints", "last", "launcher", "tail",
+                 "workspace_numel")
 
     def __init__(self, plan: Plan, ints: tuple, meta: dict, launcher: Launcher, index: int, a_mx: bool, b_mx: bool):
         self.index, self.a_mx, self.b_mx, self.launcher = index, a_mx, b_mx, launcher
@@ -472,6 +589,25 @@ class Repeat:
         # Without Stream-K the kernel never reads the epoch: one constant int64 (`epoch`'s range) spares drawing one
         self.ints = ints if self.workspace_numel else (*ints, 1 << 62)
         self.tail = tuple(meta.values())
+        # Host-built descriptors (`reads_host_descriptors`) of A and B: their boxes, fixed by the signature, and the
+        # HostDescriptors made so far, by address (a few: the caching allocator hands a call's operands the same
+        # few addresses again and again)
+        self.boxes = descriptor_boxes(ints, meta) if reads_host_descriptors(plan, meta) else None
+        self.descriptors = ({}, {})
+        self.last = (None, None, None)  # (A's address, B's address, their kernel arguments) of the last launch
+
+    def _operand(self, which: int, address: int) -> int | HostDescriptor:
+        """A's (`which` 0) or B's (1) kernel argument: its address, or its host-built descriptor at that address."""
+        box = self.boxes[which]
+        if box is None:
+            return address
+        seen = self.descriptors[which]
+        descriptor = seen.get(address)
+        if descriptor is None:
+            if len(seen) >= _DESCRIPTORS_PER_OPERAND:
+                seen.clear()
+            descriptor = seen[address] = HostDescriptor(address, *box)
+        return descriptor
 
     def __call__(self, a, b, out: torch.Tensor, c, scale_a, scale_b, floats: tuple) -> bool:
         index = self.index
@@ -482,13 +618,23 @@ class Repeat:
             ws = torch.empty(self.workspace_numel, dtype=torch.float32, device=out.device)
             ints = (*ints, epoch())
         a_mx, b_mx = self.a_mx, self.b_mx
+        arg_a, arg_b = (a.data if a_mx else a).data_ptr(), (b.data if b_mx else b).data_ptr()
+        if self.boxes is not None:
+            last_a, last_b, pair = self.last
+            if arg_a != last_a or arg_b != last_b:
+                pair = (self._operand(0, arg_a), self._operand(1, arg_b))
+                self.last = (arg_a, arg_b, pair)
+            arg_a, arg_b = pair
         self.launcher((
-            (a.data if a_mx else a).data_ptr(), (b.data if b_mx else b).data_ptr(), out.data_ptr(),
+            arg_a, arg_b, out.data_ptr(),
             None if c is None else c.data_ptr(), None if scale_a is None else scale_a.data_ptr(),
             None if scale_b is None else scale_b.data_ptr(), a.scales.data_ptr() if a_mx else None,
             b.scales.data_ptr() if b_mx else None, None if ws is None else ws.data_ptr(), None,
             *ints, floats, *self.tail), torch._C._cuda_getCurrentRawStream(index))
         return True
+
+
+_DESCRIPTORS_PER_OPERAND = 8
 
 
 def launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher=None):
@@ -511,9 +657,9 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
 
 def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher):
     grid = plan.num_programs
-    host = _OVERRIDES.host_descriptors is True
-    args = host_descriptors(tensors, ints, meta) if host else tensors
+    host = reads_host_descriptors(plan, meta)
     if device.type != "cuda":  # the interpreter: nothing compiled, nothing to cache
+        args = with_descriptors(tensors, ints, meta) if host else tensors
         gemm_kernel[(grid,)](*args, *ints, epoch(), floats, **meta)
         return None
     if launcher is None:
@@ -521,8 +667,10 @@ def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, fl
                tuple(t is not None and t.data_ptr() % 16 == 0 for t in tensors))
         launcher = LAUNCHERS.get(key)
         if launcher is None:  # compile (and launch)
+            args = with_descriptors(tensors, ints, meta) if host else tensors
             return run_cached(gemm_kernel, grid, (*args, *ints, epoch(), floats), meta, device.index, key,
                               num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
-    launcher((*addresses(args, host), *ints, epoch(), floats, *meta.values()),
+    args = with_descriptors(tensors, ints, meta, host_descriptor) if host else tensors
+    launcher((*addresses(args), *ints, epoch(), floats, *meta.values()),
              torch._C._cuda_getCurrentRawStream(device.index))
     return launcher

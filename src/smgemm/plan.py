@@ -701,6 +701,20 @@ def clamps_edge_tiles(cfg: TileConfig, m: int, n: int, k: int, elem: int) -> tup
     return m > cfg.block_m and m % cfg.block_m != 0, n > cfg.block_n and n % cfg.block_n != 0
 
 
+def host_descriptors_pay(plan: Plan, batched: bool) -> bool:
+    """Whether the TMA operands of `plan` are read through tensor descriptors built on the host, kernel parameters
+    (`_launch.reads_host_descriptors`), rather than ones each program builds in global memory as it starts. On the
+    H200 (bf16, `overrides(host_descriptors=False)` against the default in one run) a program's own descriptors cost
+    it ~1.4 us before its first load: host-built ones ran one-wave and Stream-K plans 0.88-0.99x the time
+    (2048 x 2048 x 512 13.0 -> 11.6 us, 512 x 4096 x 4096 28.6 -> 26.5, 768 x 6144 x 4096 65.4 -> 63.5), persistent
+    128 x 256 tiles over several waves 0.985-0.99x, batched ones 0.97-1.0x. Persistent 128 x 128 tiles over several
+    waves of one product ran slower with them (1024 x 6144 x 4096 72.3 -> 74.0 us, 1024 x 14336 x 4096 162 -> 177),
+    so those keep their own."""
+    cfg = plan.config
+    several_waves = plan.sk_tiles == 0 and plan.dp_tiles > plan.num_programs
+    return batched or not (several_waves and cfg.block_m == 128 and cfg.block_n == 128)
+
+
 def whole_store_fits(cfg: TileConfig, elem: int, spec: DeviceSpec) -> bool:
     """Whether tile `cfg` (TMA-stored, operands of at most 2 bytes, `elem`) has the shared memory to stage a whole
     2-byte output tile for one TMA store beside its pipeline's stages (`TileConfig.whole_store`). Two half stores
@@ -1164,10 +1178,11 @@ def overrides(*, config: TileConfig | None = None, schedule: str | None = None,
     """Force the plans of the smgemm GEMMs called inside the block: a tile `config`, a `schedule`, the model's
     `rates` (the planner's measured constants, `smgemm.Rates`), or whether operands whose rows are not aligned as the
     tile reads them fastest are copied into aligned buffers first (`stage`; `plan.stage_pays` decides otherwise).
-    `host_descriptors=True` launches 2-D products whose kernel reads A or B through TMA with those descriptors built
-    on the host (`_launch.host_descriptors`; off by default: docs/performance.md, "Rows 16 but not 32 bytes apart",
-    has what it saves and costs). What is not given is planned as usual; tuning files are not consulted for a forced
-    config or schedule. For tests, sweeps and users who measured better.
+    `host_descriptors=False` has the kernel build the tensor descriptors through which it reads A and B on the
+    device, as each program starts; True has it take them built on the host wherever it reads through TMA (where
+    neither is given, `host_descriptors_pay` decides; `_launch.reads_host_descriptors`).
+    What is not given is planned as usual; tuning files are not consulted for a forced config or schedule. For
+    tests, sweeps and users who measured better.
 
         with smgemm.plan.overrides(config=TileConfig(128, 128, 64, num_warps=8), schedule="streamk"):
             y = smgemm.matmul(a, b)

@@ -76,7 +76,7 @@ def _descriptor(ptr, rows, cols, stride_r, stride_c, matrices, stride_batch, BLO
                 BLOCK_C: tl.constexpr, MODE: tl.constexpr, BATCHED: tl.constexpr):
     """What k_loop reads an operand [rows, cols] through: a tensor descriptor over it as stored (MODE "stored",
     row-major) or over its transpose ("transposed", a column-major operand), 3-D over the batch with blocks of one
-    matrix when BATCHED; for "pointers" the pointer itself. A descriptor built on the host (`_launch.host_descriptors`)
+    matrix when BATCHED; for "pointers" the pointer itself. A descriptor built on the host (`_launch.with_descriptors`)
     is read as it is."""
     if isinstance(ptr, tl.tensor_descriptor):
         return ptr
