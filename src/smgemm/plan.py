@@ -704,12 +704,12 @@ def clamps_edge_tiles(cfg: TileConfig, m: int, n: int, k: int, elem: int) -> tup
 def host_descriptors_pay(plan: Plan, batched: bool) -> bool:
     """Whether the TMA operands of `plan` are read through tensor descriptors built on the host, kernel parameters
     (`_launch.reads_host_descriptors`), rather than ones each program builds in global memory as it starts. On the
-    H200 (bf16, `overrides(host_descriptors=False)` against the default in one run) a program's own descriptors cost
-    it ~1.4 us before its first load: host-built ones ran one-wave and Stream-K plans 0.88-0.99x the time
-    (2048 x 2048 x 512 13.0 -> 11.6 us, 512 x 4096 x 4096 28.6 -> 26.5, 768 x 6144 x 4096 65.4 -> 63.5), persistent
-    128 x 256 tiles over several waves 0.985-0.99x, batched ones 0.97-1.0x. Persistent 128 x 128 tiles over several
-    waves of one product ran slower with them (1024 x 6144 x 4096 72.3 -> 74.0 us, 1024 x 14336 x 4096 162 -> 177),
-    so those keep their own."""
+    H200 (bf16, each kind forced in one run: docs/performance.md, "Tensor descriptors built on the host") a program's
+    own descriptors cost it ~1.5 us before its first load: host-built ones ran one-wave and Stream-K plans 0.88-0.98x
+    the time (2048 x 2048 x 512 13.1 -> 11.5 us, 512 x 4096 x 4096 28.4 -> 26.7, 768 x 6144 x 4096 65.5 -> 64.2),
+    persistent 128 x 256 tiles over several waves 0.99x, batched ones 0.97-0.98x. Persistent 128 x 128 tiles over
+    several waves of one product ran slower with them (1024 x 6144 x 4096 73.9 -> 75.4 us, 1024 x 14336 x 4096 166 ->
+    178), so those keep their own."""
     cfg = plan.config
     several_waves = plan.sk_tiles == 0 and plan.dp_tiles > plan.num_programs
     return batched or not (several_waves and cfg.block_m == 128 and cfg.block_n == 128)
