@@ -55,8 +55,8 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
     rows of operands read through pointers, as `_launch.vector_elements` gives it; `mask_m`: A has at most a quarter
     of the tile's rows, read through pointers, as `_launch.static_args` gives MASK_M; `one_row`: an MXFP4 weight's
     activations are one row, ONE_ROW; `clamp`: the last row and column of tiles end at the edge, CLAMP_M and
-    CLAMP_N; `host_descriptors`: with `tma`, A and B are tensor descriptors built on the host,
-    `_launch.with_descriptors`)."""
+    CLAMP_N; `host_descriptors`: with `tma`, A and B, and with `tma_store` D's store, are tensor descriptors built on
+    the host, `_launch.with_descriptors`)."""
     names = inspect.signature(gemm_kernel.fn).parameters
     # layout: A then B, "n" as stored ([M, K] / [K, N] row-major), "t" a transposed view (column-major)
     unit = {"stride_ak" if layout[0] == "n" or a_mx else "stride_am": 1,
@@ -100,6 +100,14 @@ def compile_variant(dtype="bf16", tile=(128, 256, 64), warps=8, stages=3, *, str
                      ("b_ptr", True): tile[:0:-1], ("b_ptr", False): tile[1:]}[name, stored]
             block = (1, *block) if batched else block
             signature[name] = f"tensordesc<{dtype}[{', '.join(map(str, block))}]>"
+        elif name == "d_store":  # D's store descriptor: built on the host beside A's and B's (`descriptor_boxes`)
+            if host_descriptors and tma and tma_store and not (a_mx or b_mx or streamk) and not (has_c and not c_row):
+                block = (tile[0], tile[1] // (1 if whole_store else 2))
+                block = (1, *block) if batched else block
+                signature[name] = f"tensordesc<{out}[{', '.join(map(str, block))}]>"
+            else:
+                signature[name] = "constexpr"
+                constexprs[name] = None
         elif name == "a_ptr":
             signature[name] = "*u8" if a_mx else f"*{dtype}"
         elif name == "b_ptr":
@@ -172,7 +180,7 @@ def main():
     p.add_argument("--b-mx", action="store_true")
     p.add_argument("--tma", action="store_true", help="A and (a transposed) B through device-built tensor descriptors")
     p.add_argument("--host-descriptors", action="store_true",
-                   help="with --tma: A's and B's descriptors built on the host, kernel parameters")
+                   help="with --tma: A's and B's (with --tma-store also D's) descriptors built on the host")
     p.add_argument("--flatten", action="store_true")
     p.add_argument("--tma-store", action="store_true", help="store D through a tensor descriptor")
     p.add_argument("--whole-store", action="store_true", help="with --tma-store: one store a tile, not two halves")

@@ -17,19 +17,25 @@ TILES = [
 ]
 
 
+class _Seen(list):
+    stores: list
+
+
 @pytest.fixture
 def descriptor_kinds(monkeypatch):
     """(mode, what the kernel was given) for A and B of every launch that builds descriptors on the host:
     "pointers" modes get tensors, descriptor modes host-built descriptors."""
-    seen = []
+    seen, stores = _Seen(), []
     real = L.with_descriptors
 
     def spy(tensors, ints, meta, *make):
         out = real(tensors, ints, meta, *make)
         seen.extend((mode, type(t).__name__) for mode, t in zip((meta["A_DESC"], meta["B_DESC"]), out[:2]))
+        stores.append((meta["D_DESC"], type(out[10]).__name__))
         return out
 
     monkeypatch.setattr(L, "with_descriptors", spy)
+    seen.stores = stores  # (D_DESC, what the kernel was given as D's store descriptor) of the same launches
     return seen
 
 
@@ -62,6 +68,10 @@ def test_host_built_descriptors_read_what_device_built_ones_read(descriptor_kind
     assert len(descriptor_kinds) in (2, 4)  # staged operands (no repeat launch) build them on both calls
     assert any(mode != "pointers" for mode, _ in descriptor_kinds)
     assert all((mode == "pointers") == (kind == "Tensor") for mode, kind in descriptor_kinds), descriptor_kinds
+    # D's store descriptor built on the host with A's and B's where the tile stores through TMA
+    assert all(kind == "NoneType" for d_desc, kind in descriptor_kinds.stores if not d_desc)
+    stored = cfg.tma_store and n * 2 % 16 == 0 and schedule != "streamk"  # a 2-byte D; Stream-K builds its own
+    assert any(d_desc for d_desc, _ in descriptor_kinds.stores) == stored
 
 
 @pytest.mark.parametrize("layout", ["nt", "tn"])
@@ -103,17 +113,23 @@ def test_device_built_descriptors_where_asked_and_for_mxfp4(descriptor_kinds, de
 
 
 def test_descriptor_boxes_are_the_kernels_views():
-    ints = ((200, 136, 96), (96, 1), (1, 96), (136, 1), (0, 0), (0, 0), (0, 0), (1, 0, 0, 0, 0), (4, 0))
+    ints = ((200, 136, 96), (96, 1), (1, 96), (144, 1), (0, 0), (0, 0), (0, 0), (1, 0, 0, 0, 0), (4, 0))
     meta = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "A_DESC": "stored", "B_DESC": "transposed",
-            "BATCHED": False}
-    assert L.descriptor_boxes(ints, meta) == (([200, 96], [96, 1], [128, 32]), ([136, 96], [96, 1], [64, 32]))
+            "BATCHED": False, "D_DESC": 2, "HAS_C": False, "C_ROW": False, "STREAMK": False}
+    assert L.descriptor_boxes(ints, meta) == (([200, 96], [96, 1], [128, 32]), ([136, 96], [96, 1], [64, 32]),
+                                              ([200, 136], [144, 1], [128, 32]))  # D in half-tile boxes
     col_major = ((200, 136, 96), (1, 200), (136, 1), (136, 1), (0, 0), (0, 0), (0, 0), (1, 0, 0, 0, 0), (4, 0))
-    assert L.descriptor_boxes(col_major, {**meta, "A_DESC": "transposed", "B_DESC": "stored"}) == (
-        ([96, 200], [200, 1], [32, 128]), ([96, 136], [136, 1], [32, 64]))
+    assert L.descriptor_boxes(col_major, {**meta, "A_DESC": "transposed", "B_DESC": "stored", "D_DESC": 1}) == (
+        ([96, 200], [200, 1], [32, 128]), ([96, 136], [136, 1], [32, 64]), ([200, 136], [136, 1], [128, 64]))
     assert L.descriptor_boxes(ints, {**meta, "A_DESC": "pointers"})[0] is None
+    assert L.descriptor_boxes(ints, {**meta, "D_DESC": 0})[2] is None  # stored through pointers
+    assert L.descriptor_boxes(ints, {**meta, "HAS_C": True})[2] is None  # beside a C matrix: built in the kernel
+    assert L.descriptor_boxes(ints, {**meta, "STREAMK": True})[2] is None  # by Stream-K plans too
+    assert L.descriptor_boxes(ints, {**meta, "HAS_C": True, "C_ROW": True})[2] is not None  # a bias is no matrix
     batched = (*ints[:7], (3, 19200, 13056, 0, 27200), (4, 0))
     assert L.descriptor_boxes(batched, {**meta, "BATCHED": True}) == (
-        ([3, 200, 96], [19200, 96, 1], [1, 128, 32]), ([3, 136, 96], [13056, 96, 1], [1, 64, 32]))
+        ([3, 200, 96], [19200, 96, 1], [1, 128, 32]), ([3, 136, 96], [13056, 96, 1], [1, 64, 32]),
+        ([3, 200, 136], [27200, 144, 1], [1, 128, 32]))
 
 
 def test_host_descriptor_reads_as_triton_reads_its_own():

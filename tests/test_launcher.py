@@ -56,7 +56,7 @@ def _check(streamk: bool, has_c: bool, host: bool) -> None:
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
     kernel = report.compile_variant("bf16", (128, 128, 64), 8, 3, streamk=streamk, has_c=has_c, tma=host,
-                                    host_descriptors=host)
+                                    tma_store=host, host_descriptors=host)
 
     # The driver's utilities (which encode tensor descriptors) exist before any launcher, as in a real process:
     # Triton 3.6's launchers take the descriptor type from them as they load.
@@ -72,15 +72,15 @@ def _check(streamk: bool, has_c: bool, host: bool) -> None:
     assert launcher.shared == (tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 7))
     # with descriptors, the launch function under Triton's encoding wrapper, the descriptors' positions: A's and B's
     assert (launcher.descriptors is not None) == host
-    if host:
-        assert [position for position, _ in launcher.descriptors] == [0, 1]
+    if host:  # D's store descriptor too (`tensor_args` position 10), except beside a C matrix
+        assert [position for position, _ in launcher.descriptors] == ([0, 1] if has_c else [0, 1, 10])
     _launch._scratch = lambda size, align, stream: torch.empty(size, dtype=torch.int8)
     m, n, k = (128, 256, 4096) if streamk else (256, 384, 512)
     a, w = torch.randn(m, k).to(torch.bfloat16), torch.randn(n, k).to(torch.bfloat16)
     out, c = torch.empty(m, n, dtype=torch.bfloat16), torch.randn(m, n) if has_c else None
     plan = make_plan(m, n, k, torch.bfloat16, INTERPRETER_SPEC, schedule="streamk" if streamk else "persistent",
                      num_sms=32 if streamk else None,
-                     config=TileConfig(128, 128, 64, num_warps=8, num_stages=3, tma=host))
+                     config=TileConfig(128, 128, 64, num_warps=8, num_stages=3, tma=host, tma_store=host))
     assert (plan.sk_tiles > 0) == streamk
     ops = Operands(a, w.t(), out, c)
     ints, meta = static_args(plan, ops, 0, 0, False)
@@ -105,15 +105,16 @@ def _check(streamk: bool, has_c: bool, host: bool) -> None:
         assert launcher.c_launch is not None  # still the direct path
     if host:  # the repeat call encoded each operand's descriptor once
         made = [d for seen in repeat.descriptors for d in seen.values()]
-        assert len(made) == 2 and all(isinstance(d, HostDescriptor) and d.encoded is not None for d in made)
-        assert [d.address for d in made] == [a.data_ptr(), w.data_ptr()]
+        assert all(isinstance(d, HostDescriptor) and d.encoded is not None for d in made)
+        assert [d.address for d in made] == [a.data_ptr(), w.data_ptr()] + ([] if has_c else [out.data_ptr()])
     # The C function does check: the integers flattened out of their tuples are refused (TypeError, nothing
     # launched), and the launcher goes to Triton's runner from then on.
     runner_calls = []
     launcher.runner = lambda *args, **kwargs: runner_calls.append(args)
     flat = (*addresses(tensors), *[x for group in ints for x in group], epoch(), 1.0, 0.5, *meta.values())
     if host:  # (the flattened integers also shift the descriptors' positions: descriptors wherever they are)
-        flat = (*(HostDescriptor(t.data_ptr(), [1, 1], [1, 1], [1, 1]) for t in (a, w)), *flat[2:])
+        stand_ins = [HostDescriptor(t.data_ptr(), [1, 1], [1, 1], [1, 1]) for t in (a, w, out)]
+        flat = (*stand_ins[:2], *flat[2:10], None if has_c else stand_ins[2], *flat[11:])
     launcher(flat, 0)
     assert launcher.c_launch is None and runner_calls == [flat]
     print("launch arguments accepted")

@@ -50,6 +50,7 @@ def tensor_args(plan: Plan, ops: Operands) -> tuple:
         b.scales if b_mx else None,
         workspace(plan, out.device) if plan.sk_tiles else None,
         ops.smid_out,
+        None,  # D's store descriptor, where built on the host (`with_descriptors`)
     )
 
 
@@ -371,7 +372,7 @@ class Launcher:
             found = descriptor_launch(self.c_launch)
             if found is not None:
                 self.c_launch, self.descriptors, self.encode = found
-                self.both = tuple(position for position, _ in self.descriptors) == (0, 1)
+                self.layout = tuple(position for position, _ in self.descriptors)
 
     def __call__(self, args: tuple, stream: int) -> None:
         """Launch with `args` in the kernel's order, tensors given as their device addresses (`addresses`); the
@@ -403,11 +404,17 @@ class Launcher:
     def _encoded(self, args: tuple) -> tuple | list:
         """`args` with each tensor descriptor (a HostDescriptor, or Triton's own) replaced by the arguments its
         encoding passes to the kernel, as Triton's wrapper would make them; a HostDescriptor keeps its encoding.
-        First, in one step, the usual case: A and B both encoded HostDescriptors."""
-        if self.both:
+        First, in one step, the usual cases: encoded HostDescriptors of A and B, or of A, B and D (`tensor_args`
+        positions 0, 1 and 10)."""
+        layout = self.layout
+        if layout == (0, 1):
             first, second = getattr(args[0], "encoded", None), getattr(args[1], "encoded", None)
             if first is not None and second is not None:
                 return (*first, *second, *args[2:])
+        elif layout == (0, 1, 10):
+            first, second, store = (getattr(args[i], "encoded", None) for i in layout)
+            if first is not None and second is not None and store is not None:
+                return (*first, *second, *args[2:10], *store, *args[11:])
         flat, start = [], 0
         for position, meta in self.descriptors:
             flat += args[start:position]
@@ -507,28 +514,33 @@ def reads_host_descriptors(plan: Plan, meta: dict) -> bool:
     """Whether a launch gives the kernel A's and B's tensor descriptors built on the host (`with_descriptors`) rather
     than letting each program build them in global scratch as it starts (`kernels.gemm._descriptor`): for dense
     products whose kernel reads A or B through TMA, where the planner finds it pays (`plan.host_descriptors_pay`) or
-    `plan.overrides(host_descriptors=True)` asks for it, unless `host_descriptors=False` does not. The output's
-    descriptor (D_DESC) and MXFP4 products' stay on the device."""
+    `plan.overrides(host_descriptors=True)` asks for it, unless `host_descriptors=False` does not; D's store
+    descriptor then too, where `descriptor_boxes` gives it. MXFP4 products' stay on the device."""
     forced = _OVERRIDES.host_descriptors
     if forced is False or meta["A_MX"] or meta["B_MX"] or meta["A_DESC"] == meta["B_DESC"] == "pointers":
         return False
     return forced is True or host_descriptors_pay(plan, meta["BATCHED"])
 
 
-def descriptor_boxes(ints: tuple, meta: dict) -> tuple[tuple | None, tuple | None]:
-    """(shape, strides, block) of the tensor descriptors the kernel reads A and B through, as `kernels.gemm._descriptor`
-    builds them on the device (None for an operand read through pointers): A [M, K] or, column-major, A^T [K, M]; B
-    [K, N] or B^T [N, K]; with a batch, 3-D over it with blocks of one matrix."""
-    (m, n, k), (stride_am, stride_ak), (stride_bk, stride_bn) = ints[0], ints[1], ints[2]
+def descriptor_boxes(ints: tuple, meta: dict) -> tuple[tuple | None, tuple | None, tuple | None]:
+    """(shape, strides, block) of the tensor descriptors the kernel reads A and B and stores D through, as
+    `kernels.gemm` builds them on the device (None for an operand read through pointers, and for D where the kernel
+    builds its own: D stored through pointers, beside a C matrix, whose stores may take quarter-wide boxes, or by a
+    Stream-K plan, which measured slower with it host-built on the H200, 768 x 6144 x 4096 63.1 -> 64.4-65.1 us):
+    A [M, K] or, column-major, A^T [K, M]; B [K, N] or B^T [N, K]; D [M, N] in boxes of a tile (D_DESC 1) or half a
+    tile (2); with a batch, 3-D over it with blocks of one matrix."""
+    (m, n, k), (stride_am, stride_ak), (stride_bk, stride_bn), (stride_dm, _) = ints[:4]
     bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
     views_a = {"stored": ([m, k], [stride_am, 1], [bm, bk]), "transposed": ([k, m], [stride_ak, 1], [bk, bm])}
     views_b = {"stored": ([k, n], [stride_bk, 1], [bk, bn]), "transposed": ([n, k], [stride_bn, 1], [bn, bk])}
-    boxes = [views_a.get(meta["A_DESC"]), views_b.get(meta["B_DESC"])]
+    store = meta["D_DESC"] and not meta["STREAMK"] and not (meta["HAS_C"] and not meta["C_ROW"])
+    boxes = [views_a.get(meta["A_DESC"]), views_b.get(meta["B_DESC"]),
+             ([m, n], [stride_dm, 1], [bm, bn // meta["D_DESC"]]) if store else None]
     if meta["BATCHED"]:
-        matrices, batch_strides = ints[7][0], ints[7][1:3]
+        matrices, batch = ints[7][0], ints[7]
         boxes = [None if box is None else ([matrices, *box[0]], [stride, *box[1]], [1, *box[2]])
-                 for box, stride in zip(boxes, batch_strides)]
-    return boxes[0], boxes[1]
+                 for box, stride in zip(boxes, (batch[1], batch[2], batch[4]))]
+    return boxes[0], boxes[1], boxes[2]
 
 
 class HostDescriptor:
@@ -556,16 +568,18 @@ class HostDescriptor:
 
 
 def with_descriptors(tensors: tuple, ints: tuple, meta: dict, make=TensorDescriptor) -> tuple:
-    """`tensor_args`' tensors with A and B, where the kernel reads them through TMA (`descriptor_boxes`), replaced by
-    descriptors built on the host: Triton's `TensorDescriptor`s (`make`; a first launch, which compiles, and the
-    interpreter), or `HostDescriptor`s (launches of a cached launcher; make=`host_descriptor`)."""
-    box_a, box_b = descriptor_boxes(ints, meta)
+    """`tensor_args`' tensors with A and B, where the kernel reads them through TMA, and D's store descriptor, where
+    it stores through one (`descriptor_boxes`), as descriptors built on the host: Triton's `TensorDescriptor`s
+    (`make`; a first launch, which compiles, and the interpreter), or `HostDescriptor`s (launches of a cached
+    launcher; make=`host_descriptor`)."""
+    box_a, box_b, box_d = descriptor_boxes(ints, meta)
     a, b = tensors[0], tensors[1]
     if box_a is not None:
         a = make(a, *box_a)
     if box_b is not None:
         b = make(b, *box_b)
-    return (a, b, *tensors[2:])
+    store = make(tensors[2], *box_d) if box_d is not None else None
+    return (a, b, *tensors[2:10], store)
 
 
 def host_descriptor(t: torch.Tensor, shape: list, strides: list, block_shape: list) -> HostDescriptor:
@@ -593,14 +607,16 @@ class Repeat:
         # HostDescriptors made so far, by address (a few: the caching allocator hands a call's operands the same
         # few addresses again and again)
         self.boxes = descriptor_boxes(ints, meta) if reads_host_descriptors(plan, meta) else None
-        self.descriptors = ({}, {})
-        self.last = (None, None, None)  # (A's address, B's address, their kernel arguments) of the last launch
+        self.descriptors = ({}, {}, {})
+        # (A's, B's and D's addresses, their kernel arguments) of the last launch
+        self.last = (None, None, None, (None, None, None))
 
-    def _operand(self, which: int, address: int) -> int | HostDescriptor:
-        """A's (`which` 0) or B's (1) kernel argument: its address, or its host-built descriptor at that address."""
+    def _operand(self, which: int, address: int) -> int | HostDescriptor | None:
+        """A's (`which` 0) or B's (1) kernel argument, its address or its host-built descriptor at that address; or
+        (2) D's store descriptor at that address, None where the kernel builds it or stores through pointers."""
         box = self.boxes[which]
         if box is None:
-            return address
+            return address if which < 2 else None
         seen = self.descriptors[which]
         descriptor = seen.get(address)
         if descriptor is None:
@@ -618,18 +634,19 @@ class Repeat:
             ws = torch.empty(self.workspace_numel, dtype=torch.float32, device=out.device)
             ints = (*ints, epoch())
         a_mx, b_mx = self.a_mx, self.b_mx
-        arg_a, arg_b = (a.data if a_mx else a).data_ptr(), (b.data if b_mx else b).data_ptr()
+        arg_a, arg_b, arg_d = (a.data if a_mx else a).data_ptr(), (b.data if b_mx else b).data_ptr(), out.data_ptr()
+        store = None
         if self.boxes is not None:
-            last_a, last_b, pair = self.last
-            if arg_a != last_a or arg_b != last_b:
-                pair = (self._operand(0, arg_a), self._operand(1, arg_b))
-                self.last = (arg_a, arg_b, pair)
-            arg_a, arg_b = pair
+            last_a, last_b, last_d, made = self.last
+            if arg_a != last_a or arg_b != last_b or arg_d != last_d:
+                made = (self._operand(0, arg_a), self._operand(1, arg_b), self._operand(2, arg_d))
+                self.last = (arg_a, arg_b, arg_d, made)
+            arg_a, arg_b, store = made
         self.launcher((
-            arg_a, arg_b, out.data_ptr(),
+            arg_a, arg_b, arg_d,
             None if c is None else c.data_ptr(), None if scale_a is None else scale_a.data_ptr(),
             None if scale_b is None else scale_b.data_ptr(), a.scales.data_ptr() if a_mx else None,
-            b.scales.data_ptr() if b_mx else None, None if ws is None else ws.data_ptr(), None,
+            b.scales.data_ptr() if b_mx else None, None if ws is None else ws.data_ptr(), None, store,
             *ints, floats, *self.tail), torch._C._cuda_getCurrentRawStream(index))
         return True
 

@@ -105,6 +105,7 @@ def _wide(pair):
 @triton.jit(do_not_specialize=["epoch"])
 def gemm_kernel(
     a_ptr, b_ptr, d_ptr, c_ptr, sa_ptr, sb_ptr, mxa_ptr, mxb_ptr, ws_ptr, smid_ptr,
+    d_store,  # D's TMA store descriptor built on the host (`_launch.with_descriptors`), or None: built here (D_DESC)
     shape,  # (M, N, K)
     a_strides, b_strides, d_strides, c_strides,  # (row, column) strides of A [M, K], B [K, N], D and C [M, N]
     scale_strides,  # (stride_sa, stride_sb): of A's per-row and B's per-column scales
@@ -156,8 +157,8 @@ def gemm_kernel(
     d_desc = d_ptr
     if D_DESC:  # a tile is stored whole (1) or in two column halves (2); quarters with a 4-byte C (`epilogue`)
         C_WIDE: tl.constexpr = HAS_C and not C_ROW and c_ptr.dtype.element_ty.primitive_bitwidth > 16
-        d_desc = _descriptor(d_ptr, M, N, d_strides[0], d_strides[1], matrices, stride_db, BLOCK_M,
-                             BLOCK_N // (4 if C_WIDE else D_DESC), "stored", BATCHED)
+        d_desc = _descriptor(d_ptr if d_store is None else d_store, M, N, d_strides[0], d_strides[1], matrices,
+                             stride_db, BLOCK_M, BLOCK_N // (4 if C_WIDE else D_DESC), "stored", BATCHED)
     # FLATTEN lets Triton's pipeliner fuse the tile loop with the K loop below it, so that the next tile's operands
     # load while this tile's epilogue runs. (Triton 3.6's warp_specialize=True here hung on the H200.)
     for tile_id in tl.range(pid, dp_tiles, num_programs, flatten=FLATTEN):
