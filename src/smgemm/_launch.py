@@ -505,9 +505,12 @@ def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, ke
     return launcher
 
 
-def addresses(tensors: tuple) -> tuple:
-    """`tensor_args`' tensors as device addresses; None and host-built descriptors (`with_descriptors`) as they are."""
-    return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else t for t in tensors)
+def addresses(tensors: tuple, descriptors: bool = False) -> tuple:
+    """`tensor_args`' tensors as device addresses (None stays None; with `descriptors`, so do host-built descriptors,
+    `with_descriptors`)."""
+    if descriptors:
+        return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else t for t in tensors)
+    return tuple(None if t is None else t.data_ptr() for t in tensors)
 
 
 def reads_host_descriptors(plan: Plan, meta: dict) -> bool:
@@ -603,8 +606,8 @@ class Repeat:
         # Without Stream-K the kernel never reads the epoch: one constant int64 (`epoch`'s range) spares drawing one
         self.ints = ints if self.workspace_numel else (*ints, 1 << 62)
         self.tail = tuple(meta.values())
-        # Host-built descriptors (`reads_host_descriptors`) of A and B: their boxes, fixed by the signature, and the
-        # HostDescriptors made so far, by address (a few: the caching allocator hands a call's operands the same
+        # Host-built descriptors (`reads_host_descriptors`) of A, B and D: their boxes, fixed by the signature, and
+        # the HostDescriptors made so far, by address (a few: the caching allocator hands a call's operands the same
         # few addresses again and again)
         self.boxes = descriptor_boxes(ints, meta) if reads_host_descriptors(plan, meta) else None
         self.descriptors = ({}, {}, {})
@@ -688,6 +691,6 @@ def _launch_on(device: torch.device, plan: Plan, tensors: tuple, ints: tuple, fl
             return run_cached(gemm_kernel, grid, (*args, *ints, epoch(), floats), meta, device.index, key,
                               num_warps=plan.config.num_warps, num_stages=plan.config.num_stages)
     args = with_descriptors(tensors, ints, meta, host_descriptor) if host else tensors
-    launcher((*addresses(args), *ints, epoch(), floats, *meta.values()),
+    launcher((*addresses(args, host), *ints, epoch(), floats, *meta.values()),
              torch._C._cuda_getCurrentRawStream(device.index))
     return launcher
