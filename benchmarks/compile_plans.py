@@ -31,7 +31,7 @@ import torch
 from smgemm._device import INTERPRETER_SPEC
 from smgemm._launch import edge_tiles_clamped
 from smgemm.mxfp4 import LAYOUTS
-from smgemm.plan import decide, element_bytes, mx_expands
+from smgemm.plan import decide, element_bytes, host_descriptors_pay, mx_expands
 
 H200 = dataclasses.replace(INTERPRETER_SPEC, interpreted=False)
 SHARED_LIMIT = H200.smem_per_block
@@ -77,6 +77,8 @@ def _dense(m, n, k, dtype, budget, schedule, align, layout, has_c, batch, out=No
         kw["vec"] = align  # the K-runs' alignment the kernel is told (_launch.vector_elements)
     if 4 * m <= cfg.block_m and not kw["tma"] and batch == 1:
         kw["mask_m"] = True  # A's rows past M masked (_launch.static_args MASK_M)
+    if kw["tma"] and host_descriptors_pay(plan, batch > 1):
+        kw["host_descriptors"] = True  # A, B (and D) descriptors built on the host (_launch.reads_host_descriptors)
     clamp_m, clamp_n = edge_tiles_clamped(plan, (m, n, k), element_bytes(dtype), dense=True,
                                           c_matrix=has_c == "matrix")
     if clamp_m or clamp_n:

@@ -24,6 +24,15 @@ VARIANTS = [
                                 c_row=True)),  # one store a tile, with a bias
     ((128, 256, 32), 8, 2, dict(dtype="fp32", out="fp32", c="fp32", has_c=True, tma=True, flatten=True,
                                 tma_store=True)),  # a 4-byte C matrix, read in column halves
+    # A's, B's and D's descriptors built on the host (kernel parameters), batched (3-D), fp8, and beside the kernel's
+    # own D descriptor (a Stream-K plan, a C matrix)
+    ((128, 128, 64), 8, 3, dict(batched=True, use_int64=True, tma=True, flatten=True, tma_store=True, layout="nn",
+                                host_descriptors=True)),
+    ((128, 256, 128), 8, 3, dict(dtype="fp8e4nv", scales=True, tma=True, flatten=True, tma_store=True,
+                                 whole_store=True, host_descriptors=True)),
+    ((128, 128, 64), 8, 4, dict(tma=True, flatten=True, tma_store=True, streamk=True, layout="tn",
+                                host_descriptors=True)),
+    ((128, 128, 64), 8, 3, dict(tma=True, flatten=True, tma_store=True, has_c=True, host_descriptors=True)),
     ((16, 64, 256), 4, 3, dict(use_int64=True, b_mx=True, mx_swap=True, mx_layout="hopper")),
     # decode of a "hopper" weight up to M = 8: 8-row activation tiles on mma.sync, the activations in word order
     ((8, 64, 256), 4, 4, dict(b_mx=True, mx_swap=True, mx_layout="hopper", streamk=True)),
