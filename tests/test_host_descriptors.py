@@ -154,3 +154,38 @@ def test_host_descriptors_pay_where_measured():
     assert host_descriptors_pay(plan(1024, 14336, 4096, (128, 256, 64)), False)
     split = plan(512, 10240, 8192, (128, 128, 64), "streamk")
     assert split.sk_tiles and host_descriptors_pay(split, False)
+
+
+def test_repeat_launches_reuse_one_descriptor_per_address(monkeypatch):
+    """A repeat call's launch (`_launch.Repeat`) gives the launcher HostDescriptors of A, B and D in the kernel's
+    positions (0, 1, 10), made once per address and reused whenever an operand comes back to one (the last launch's
+    triple without a lookup), each over its own operand's address and box."""
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    cfg = TileConfig(128, 128, 64, num_warps=8, num_stages=3, tma=True, tma_store=True, flatten=True)
+    plan = make_plan(256, 256, 128, torch.float16, INTERPRETER_SPEC, schedule="persistent", config=cfg)
+    bufs = [torch.empty(256, 128, dtype=torch.float16) for _ in range(3)]
+    w = torch.empty(256, 128, dtype=torch.float16)
+    outs = [torch.empty(256, 256, dtype=torch.float16) for _ in range(2)]
+    ints, meta = L.static_args(plan, L.Operands(bufs[0], w.t(), outs[0]), 0, 0, False)
+    assert (meta["A_DESC"], meta["B_DESC"], meta["D_DESC"]) == ("stored", "transposed", 2)
+    seen = []
+    repeat = L.Repeat(plan, ints, meta, lambda args, stream: seen.append(args), 0, False, False)
+    calls = [(0, 0), (1, 1), (0, 0), (2, 0), (0, 1), (0, 0)]  # (A buffer, output buffer): the last, D only
+    for i, o in calls:
+        assert repeat(bufs[i], w.t(), outs[o], None, None, None, (1.0, 0.0))
+    for (i, o), args in zip(calls, seen):
+        a, b, d = args[0], args[1], args[10]
+        assert [x.address for x in (a, b, d)] == [bufs[i].data_ptr(), w.data_ptr(), outs[o].data_ptr()]
+        assert (a.shape, a.strides, a.block_shape) == ([256, 128], [128, 1], [128, 64])
+        assert (b.shape, b.strides, b.block_shape) == ([256, 128], [128, 1], [128, 64])  # B^T, the weight as stored
+        assert (d.shape, d.strides, d.block_shape) == ([256, 256], [256, 1], [128, 64])  # half-tile boxes
+        assert args[2] == outs[o].data_ptr()  # D's pointer too (Stream-K's finisher and the dtype read it)
+    assert seen[0][0] is seen[2][0] and seen[0][10] is seen[2][10] and seen[0][1] is seen[4][1]  # reused
+    assert seen[1][0] is not seen[0][0] and seen[4][10] is seen[1][10]
+    assert [len(made) for made in repeat.descriptors] == [3, 1, 2]
+    sizes = []
+    for k in range(2 * L._DESCRIPTORS_PER_OPERAND):  # bounded: a full cache starts over
+        repeat._operand(0, 1 << (20 + k))
+        sizes.append(len(repeat.descriptors[0]))
+    assert max(sizes) == L._DESCRIPTORS_PER_OPERAND and 1 in sizes
