@@ -139,18 +139,26 @@ def test_host_descriptor_reads_as_triton_reads_its_own():
 
 
 def test_host_descriptors_pay_where_measured():
-    """Host-built everywhere measured faster: one wave, Stream-K, 128 x 256 tiles, batches; not over several waves of
-    persistent 128 x 128 tiles of one product."""
+    """Host-built everywhere measured faster: one wave, Stream-K, 128 x 256 tiles, batches, 128 x 128 tiles over up to
+    three waves or short K loops; not over more than three waves of persistent 128 x 128 tiles of one product with
+    K loops of 64 steps or more."""
     bf16, spec = torch.bfloat16, INTERPRETER_SPEC
 
     def plan(m, n, k, tile, schedule="persistent"):
         cfg = TileConfig(*tile, num_warps=8, num_stages=3, tma=True, tma_store=True)
         return make_plan(m, n, k, bf16, spec, schedule=schedule, config=cfg)
 
-    one_wave, several = plan(512, 4096, 4096, (128, 128, 64)), plan(1024, 14336, 4096, (128, 128, 64))
-    assert one_wave.dp_tiles <= one_wave.num_programs < several.dp_tiles and several.sk_tiles == 0
-    assert host_descriptors_pay(one_wave, False) and not host_descriptors_pay(several, False)
-    assert host_descriptors_pay(several, True)  # a batch's
+    one_wave, long_run = plan(512, 4096, 4096, (128, 128, 64)), plan(1024, 14336, 4096, (128, 128, 64))
+    assert one_wave.dp_tiles <= one_wave.num_programs and long_run.sk_tiles == 0
+    assert long_run.dp_tiles > 3 * long_run.num_programs and long_run.k_iters == 64
+    assert host_descriptors_pay(one_wave, False) and not host_descriptors_pay(long_run, False)
+    assert not host_descriptors_pay(plan(10799, 1029, 6437, (128, 128, 64)), False)
+    assert host_descriptors_pay(long_run, True)  # a batch's
+    three_waves = plan(1024, 6144, 4096, (128, 128, 64))
+    assert 2 * three_waves.num_programs < three_waves.dp_tiles <= 3 * three_waves.num_programs
+    assert host_descriptors_pay(three_waves, False)
+    short_k = plan(1159, 7289, 249, (128, 128, 64))
+    assert short_k.dp_tiles > 3 * short_k.num_programs and host_descriptors_pay(short_k, False)
     assert host_descriptors_pay(plan(1024, 14336, 4096, (128, 256, 64)), False)
     split = plan(512, 10240, 8192, (128, 128, 64), "streamk")
     assert split.sk_tiles and host_descriptors_pay(split, False)
