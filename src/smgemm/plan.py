@@ -708,9 +708,10 @@ def host_descriptors_pay(plan: Plan, batched: bool) -> bool:
     own descriptors cost it ~1.5 us before its first load: host-built ones ran one-wave and Stream-K plans 0.88-0.98x
     the time (2048 x 2048 x 512 13.1 -> 11.5 us, 512 x 4096 x 4096 28.4 -> 26.7, 768 x 6144 x 4096 65.5 -> 64.2),
     persistent 128 x 256 tiles over several waves 0.99x, batched ones 0.97-0.98x, persistent 128 x 128 tiles over up
-    to three waves 0.97-0.99x (1024 x 6144 x 4096 72.7 -> 71.0 us, 1536 x 4096 x 4096 73.1 -> 71.2). Persistent
-    128 x 128 tiles over more than three waves of K loops of at least 64 steps ran level or slower with them (1024 x
-    14336 x 4096 and 512 x 28672 x 4096 level, 10799 x 1029 x 6437 355 -> 372 us), so those keep their own."""
+    to three waves or short K loops 0.95-0.99x (1024 x 6144 x 4096 72.7 -> 71.0 us, 1536 x 4096 x 4096 73.1 -> 71.2,
+    1159 x 7289 x 249 26.9 -> 25.5). Persistent 128 x 128 tiles over more than three waves of K loops of at least 64
+    steps ran level or slower with them (1024 x 14336 x 4096 and 512 x 28672 x 4096 level, 10799 x 1029 x 6437 355 ->
+    372 us), so those keep their own."""
     cfg = plan.config
     long_run = plan.sk_tiles == 0 and plan.dp_tiles > 3 * plan.num_programs and plan.k_iters >= 64
     return batched or not (long_run and cfg.block_m == 128 and cfg.block_n == 128)

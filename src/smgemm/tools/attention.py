@@ -32,7 +32,7 @@ kernel, one run on the tree of 7cef882).
 The same attention written in Gluon (`benchmarks/sweep_attention_gluon.py`: a ring of TMA page slots on mbarriers,
 the next page's copies issued as soon as every warp is past the slot's last page, S^T = K Q^T and O^T += V^T P^T on
 warpgroup MMAs with the GQA group as the 8-wide side) pulled 2.20 TB/s from 24 SMs with two programs an SM, level
-with this kernel, and 1.37 with one program of six slots (the loads alone 3.11): one warpgroup's chain on a page,
+with this kernel, and 1.37 with one program of six slots (the loads alone 3.11 TB/s): one warpgroup's chain on a page,
 0.57 us, bounds it as this kernel's chains do (a one-off version of that script's kernel, one run, tree of 7766a20).
 Sequences are split into chunks (`chunks`, merged by a second kernel) only where there are fewer items than
 programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36 SMs,
