@@ -95,7 +95,7 @@ def main():
             for per_sm, stages, warps, chunks, parts in CONFIGS:
                 def run(per_sm=per_sm, stages=stages, warps=warps, chunks=chunks, parts=parts, sms=sms):
                     return decode_attention(q, k_cache, v_cache, table_, lens, num_programs=per_sm * sms,
-                                            stages=stages, warps=warps, chunks=chunks, parts=parts)
+                                            stages=stages, warps=warps, chunks=chunks, parts=parts, kernel="tl")
                 err = (run()[:2].double() - ref).abs().max().item()
                 ms = event_ms(run, 10, warm_s=0.2)
                 rows.append({"SMs": sms, "kernel": "attention", "programs an SM": per_sm, "stages": stages,

@@ -1,25 +1,30 @@
-"""The overlap partner's decode attention written in Gluon (Triton 3.6 on Hopper), timed beside the library's `tl`
-kernel (`smgemm.tools.attention.decode_attention`) on slices of the GPU: the route of explicit TMA rings and
-warpgroup MMAs, measured (GPU, Triton 3.6; Gluon's API differs in 3.7 and 3.8).
+"""The overlap partner's decode attention in Gluon (Triton 3.6 on Hopper), its loops timed beside the `tl` kernel
+(`smgemm.tools.attention.decode_attention(kernel="tl")`) on slices of the GPU (GPU, Triton 3.6; Gluon's API differs in
+3.7 and 3.8).
 
 Each program (one warpgroup, 4 warps) walks (sequence, KV head) items and keeps a ring of `stages` K/V page slots,
-each filled by two TMA copies that signal one mbarrier; the next page's copies are issued as soon as every warp is
-past the page that held the slot (`stages - 1` pages in flight while a page is computed), and each page's table
-entry is loaded one iteration before its copies. Per page, on the tensor cores, with the GQA group (4 query heads)
-padded to 8, the narrow side of each product:
+each filled by two TMA copies that signal one mbarrier, and each page's table entry is loaded one iteration before
+its copies. `--pipe` lists the loops to time. The warpgroup loops compute, per page, on the tensor cores with the
+GQA group (4 query heads) padded to 8, the narrow side of each product:
 
-    S^T [page, 8]     = K [page, head_dim] @ Q^T [head_dim, 8]        (wgmma m64n8k16, A and B from shared memory)
+    S^T [page, 8]     = K [page, head_dim] @ Q^T [head_dim, 8]        (wgmma m64n8k16)
     O^T [head_dim, 8] += V^T [head_dim, page] @ P^T [page, 8]         (V^T a transposed view of V's slot; P^T stored)
 
-and the softmax in between (the max over the page's tokens crosses the four warps). `--pipe` lists the loops to
-time: "none" (each page's products complete before its softmax goes on), "carry" (the next page's S is issued before
-this page's softmax, and this page's P V stays in flight into the next iteration: ptxas then serializes every wgmma,
-warning C7514, since the in-flight accumulator crosses the loop's back edge) and "wait" (the next page's S during
-this page's softmax, both products complete before the back edge: no C7514). `--drop` leaves out a part of the work
-of the "none" loop (the O product, the S product, the cross-warp max, or all three: the loads alone; the results are
-then wrong) to time what each costs.
+with the softmax in between (the max over the page's tokens crosses the four warps):
+- "none": each page's products complete before its softmax goes on; the slot is refilled once every warp is past it
+  (`stages - 1` pages in flight while a page is computed);
+- "carry": the next page's S is issued before this page's softmax, and this page's P V stays in flight into the next
+  iteration (ptxas then serializes every wgmma, warning C7514: the in-flight accumulator crosses the back edge);
+- "wait": the next page's S during this page's softmax, both products complete before the back edge;
+- "regs": as "none", but K and V^T go to registers (wgmma's A operand) as the page lands, and the slot is refilled
+  before they are computed on (all `stages` slots in flight).
+"warps" is `smgemm.tools.attention_gluon`'s kernel, the one `decode_attention` runs: each warp its own 16 tokens of a
+page on mma.sync with its own running softmax, K and V in registers as in "regs", no barrier between the warps' chains
+but the one that frees a slot. `--drop` leaves out a part of the work of the "none" loop (the O product, the S
+product, the cross-warp max, or all three: the loads alone; the results are then wrong) to time what each costs.
 
-    PYTHONPATH=src python benchmarks/sweep_attention_gluon.py --sms 24,48 --pipe none,carry,wait
+    PYTHONPATH=src python benchmarks/sweep_attention_gluon.py --sms 16,24,32,48 --pipe warps --configs 3x2,2x3,4x1
+    PYTHONPATH=src python benchmarks/sweep_attention_gluon.py --sms 24,48 --pipe none,wait,regs --configs 1x6,2x3,3x2
     PYTHONPATH=src python benchmarks/sweep_attention_gluon.py --sms 24 --configs 1x6,2x3 --drop none,o,s,max,all
 """
 
@@ -34,29 +39,19 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_init,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 import smgemm
+from smgemm.tools import attention_gluon
 from smgemm.tools.attention import cache_bytes, decode_attention, paged_cache, reference_attention
+from smgemm.tools.attention_gluon import _issue
 from smgemm.tools.timing import environment, event_ms, int_list, table
 
 DROPS = {"none": 0, "o": 1, "s": 2, "max": 3, "all": 4}  # what `--drop` leaves out (module docstring)
-PIPES = {"none": 0, "carry": 1, "wait": 2}  # the loops of `--pipe` (module docstring)
-
-
-@gluon.jit
-def _issue(k_desc, v_desc, k_smem, v_smem, bars, page, ok, slot, kv_heads, h, PAGE: gl.constexpr):
-    """Both TMA copies of one page of one KV head into ring slot `slot`, signalling its mbarrier (if `ok`)."""
-    row = (page * kv_heads + h) * PAGE
-    bar = bars.index(slot)
-    mbarrier.expect(bar, 2 * k_desc.block_type.nbytes, pred=ok)
-    tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_smem.index(slot), pred=ok)
-    tma.async_copy_global_to_shared(v_desc, [row, 0], bar, v_smem.index(slot), pred=ok)
+PIPES = {"none": 0, "carry": 1, "wait": 2, "regs": 3, "warps": 4}  # the loops of `--pipe` (module docstring)
 
 
 @gluon.jit
@@ -80,6 +75,7 @@ def _ring_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr,
                            STAGES: gl.constexpr, PIPE: gl.constexpr, DROP: gl.constexpr, num_warps: gl.constexpr):
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, GROUP_PAD, 16])
+    a_regs: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     cols: gl.constexpr = gl.SliceLayout(0, mma)
     rows: gl.constexpr = gl.SliceLayout(1, mma)
     q_blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
@@ -106,10 +102,11 @@ def _ring_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr,
         seq_len = gl.load(lens_ptr + b)
         n_pages = gl.cdiv(seq_len, PAGE)
         row_base = b * max_pages
-        for j in gl.static_range(STAGES - 1):
+        AHEAD: gl.constexpr = STAGES if PIPE == 3 else STAGES - 1  # pages in flight as a page is computed
+        for j in gl.static_range(AHEAD):
             page = gl.load(table_ptr + row_base + gl.minimum(j, n_pages - 1))
             _issue(k_desc, v_desc, k_smem, v_smem, bars, page, j < n_pages, (it + j) % STAGES, kv_heads, h, PAGE)
-        nxt = gl.load(table_ptr + row_base + gl.minimum(STAGES - 1, n_pages - 1))  # one iteration ahead of its use
+        nxt = gl.load(table_ptr + row_base + gl.minimum(AHEAD, n_pages - 1))  # one iteration ahead of its use
         q_rows = b * kv_heads * GROUP + h * GROUP + offs_qg
         q = gl.load(q_ptr + q_rows[:, None] * HEAD_DIM + offs_qd[None, :], mask=(offs_qg < GROUP)[:, None],
                     other=0.0)
@@ -118,7 +115,26 @@ def _ring_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr,
         gl.thread_barrier()
         m_i = gl.full([GROUP_PAD], float("-inf"), gl.float32, layout=cols)
         l_rows = gl.zeros([PAGE, GROUP_PAD], gl.float32, layout=mma)
-        if PIPE != 0:
+        if PIPE == 3:
+            o_acc = gl.zeros([HEAD_DIM, GROUP_PAD], gl.float32, layout=mma)
+            for i in range(n_pages):
+                slot = it % STAGES
+                mbarrier.wait(bars.index(slot), (it // STAGES) & 1)
+                k_reg = k_smem.index(slot).load(a_regs)  # [PAGE, HEAD_DIM]: wgmma's A from registers
+                v_reg = v_smem.index(slot).permute((1, 0)).load(a_regs)  # V^T [HEAD_DIM, PAGE]
+                gl.thread_barrier()  # every warp holds its share of the page: the slot is free again
+                _issue(k_desc, v_desc, k_smem, v_smem, bars, nxt, i + STAGES < n_pages, slot, kv_heads, h, PAGE)
+                nxt = gl.load(table_ptr + row_base + gl.minimum(i + STAGES + 1, n_pages - 1))
+                s_t = warpgroup_mma(k_reg, q_t, zero_s, use_acc=False)
+                p, alpha, m_i, l_rows = _softmax_step(s_t, m_i, l_rows, i * PAGE, seq_len, scale_log2, offs_tok,
+                                                      cols, GROUP_PAD, DROP)
+                p_buf = p_smem.index(i % 2)
+                p_buf.store(p.to(gl.bfloat16))
+                fence_async_shared()
+                gl.thread_barrier()
+                o_acc = warpgroup_mma(v_reg, p_buf, o_acc * alpha[None, :])
+                it += 1
+        elif PIPE != 0:
             mbarrier.wait(bars.index(it % STAGES), (it // STAGES) & 1)
             s_cur = warpgroup_mma(k_smem.index(it % STAGES), q_t, zero_s, use_acc=False)
             o_tok = warpgroup_mma_init(gl.zeros([HEAD_DIM, GROUP_PAD], gl.float32, layout=mma))
@@ -181,14 +197,14 @@ def _ring_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr,
 def ring_attention(q, k_cache, v_cache, block_table, seq_lens, *, num_programs: int, stages: int = 3,
                    pipe: str = "none", drop: str = "none") -> torch.Tensor:
     """decode_attention's result through `_ring_attention_kernel` on a persistent grid of `num_programs`."""
+    if pipe == "warps":
+        return attention_gluon.decode_attention(q, k_cache, v_cache, block_table, seq_lens, num_programs, stages)
     batch, q_heads, head_dim = q.shape
-    pages, kv_heads, page_size, _ = k_cache.shape
-    if pipe != "none" and stages < 3:
-        raise ValueError(f"--pipe {pipe} waits on the next page before issuing one: stages must be >= 3, got {stages}")
+    kv_heads, page_size = k_cache.shape[1:3]
+    if (pipe in ("carry", "wait") and stages < 3) or (pipe == "none" and stages < 2):
+        raise ValueError(f"--pipe {pipe} keeps a page's slot while the next pages load: too few stages ({stages})")
     group = q_heads // kv_heads
-    layout = gl.NVMMASharedLayout.get_default_for([page_size, head_dim], gl.bfloat16)
-    k_desc, v_desc = (TensorDescriptor(t.view(-1, head_dim), [pages * kv_heads * page_size, head_dim], [head_dim, 1],
-                                       [page_size, head_dim], layout) for t in (k_cache, v_cache))
+    k_desc, v_desc = attention_gluon.page_descriptors(k_cache, v_cache)
     out = torch.empty_like(q)
     grid = max(1, min(num_programs, batch * kv_heads))
     _ring_attention_kernel[(grid,)](
@@ -202,8 +218,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sms", type=int_list, default=[24, 48], help="green contexts of these SM counts (multiples of "
                    "8); the whole chip is always added")
-    p.add_argument("--configs", default="1x6,2x3,1x4", help="comma list of PROGRAMSxSTAGES: programs an SM, ring slots")
-    p.add_argument("--pipe", default="none,carry,wait", help=f"comma list of {', '.join(PIPES)}")
+    p.add_argument("--configs", default="3x2,2x3,1x6", help="comma list of PROGRAMSxSTAGES: programs an SM, ring slots")
+    p.add_argument("--pipe", default="none,regs,warps", help=f"comma list of {', '.join(PIPES)}")
     p.add_argument("--drop", default="none", help=f"comma list of {', '.join(DROPS)} (with --pipe none)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--context", type=int, default=16384)
@@ -213,8 +229,8 @@ def main():
     q, k_cache, v_cache, table_, lens = paged_cache(3, 8, 128, 1000, seed=1)
     lens = torch.tensor([1000, 37, 65], dtype=torch.int32, device="cuda")  # partial last pages, a page and a token
     ref = reference_attention(q, k_cache, v_cache, table_, lens)
-    print(f"short sequences, decode_attention: max abs err "
-          f"{(decode_attention(q, k_cache, v_cache, table_, lens).double() - ref).abs().max().item():.3g}")
+    print(f"short sequences, decode_attention (tl): max abs err "
+          f"{(decode_attention(q, k_cache, v_cache, table_, lens, kernel='tl').double() - ref).abs().max().item():.3g}")
     for pipe in args.pipe.split(","):
         err = (ring_attention(q, k_cache, v_cache, table_, lens, num_programs=2, pipe=pipe).double() - ref).abs().max()
         print(f"short sequences, --pipe {pipe}: max abs err {err.item():.3g}")
@@ -228,12 +244,12 @@ def main():
             runs = [("tl", 3, 3, "none", "none")]
             runs += [("gluon", per_sm, stages, pipe, drop) for per_sm, stages in configs
                      for pipe in args.pipe.split(",") for drop in (args.drop.split(",") if pipe == "none" else ["none"])
-                     if stages >= 3 or pipe == "none"]
+                     if stages >= {"none": 2, "carry": 3, "wait": 3}.get(pipe, 1)]
             for kind, per_sm, stages, pipe, drop in runs:
                 if kind == "tl":
                     def run(per_sm=per_sm, stages=stages, sms=sms):
                         return decode_attention(q, k_cache, v_cache, table_, lens, num_programs=per_sm * sms,
-                                                stages=stages)
+                                                stages=stages, kernel="tl")
                 else:
                     def run(per_sm=per_sm, stages=stages, pipe=pipe, drop=drop, sms=sms):
                         return ring_attention(q, k_cache, v_cache, table_, lens, num_programs=per_sm * sms,

@@ -4,6 +4,7 @@ against torch's scaled_dot_product_attention in float64."""
 import pytest
 import torch
 
+from smgemm.tools import attention
 from smgemm.tools.attention import decode_attention, paged_cache, reference_attention
 
 
@@ -40,3 +41,32 @@ def test_refuses_what_it_cannot_read(device):
         decode_attention(q, k_cache, v_cache, table, lens, warps=1, parts=2)
     with pytest.raises(ValueError, match="chunks must be a power of two"):
         decode_attention(q, k_cache, v_cache, table, lens, warps=1, chunks=3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", [1, 4, 8])
+def test_gluon_kernel_matches_sdpa(group):
+    """The Gluon kernel (Triton 3.6, Hopper): each warp's 16 tokens of a page keep their own running softmax, merged
+    through the idle slots at the end of an item. Sequences of one token, one whole page and a partial last page
+    leave warps and slots without a token; grids smaller and larger than the (sequence, KV head) items."""
+    fast = attention._gluon()
+    q, k_cache, v_cache, table, lens = paged_cache(5, 2, 128, 1000, seed=2)
+    if fast is None or not fast.fits(q, k_cache):
+        pytest.skip("needs Triton 3.6's Gluon on a Hopper GPU")
+    q = torch.randn(5, 2 * group, 128, dtype=torch.bfloat16, device="cuda")
+    lens = torch.tensor([1000, 1, 64, 65, 37], dtype=torch.int32, device="cuda")
+    ref = reference_attention(q, k_cache, v_cache, table, lens)
+    bound = 2.0**-9 * (ref.abs() + v_cache.double().abs().max()) + 1e-5  # as in the tl kernel's test
+    for programs in (1, 3, 64):
+        torch.full_like(q, float("nan"))  # freed: the output's allocation reuses the block, NaN-filled
+        out = decode_attention(q, k_cache, v_cache, table, lens, num_programs=programs, kernel="gluon")
+        assert not out.isnan().any()
+        assert ((out.double() - ref).abs() <= bound).all(), (programs, (out.double() - ref).abs().max())
+
+
+def test_kernel_choice_is_checked(device):
+    q, k_cache, v_cache, table, lens = paged_cache(2, 2, 32, 32, page_size=16, device=device)
+    with pytest.raises(ValueError, match="kernel must be 'auto', 'tl' or 'gluon'"):
+        decode_attention(q, k_cache, v_cache, table, lens, kernel="cuda")
+    with pytest.raises(ValueError, match=r"kernel='gluon' needs Triton 3\.6, a Hopper GPU, pages of 64 tokens"):
+        decode_attention(q, k_cache, v_cache, table, lens, kernel="gluon")  # pages of 16 tokens, head_dim 32

@@ -26,7 +26,8 @@ LAYERS = [
     ["ops"],
     ["nn", "partition", "parallel"],
     ["__init__"],
-    ["tools", "tools.timing", "tools.attention"],
+    ["tools", "tools.timing", "tools.attention_gluon"],
+    ["tools.attention"],
     ["tools.model"],
     ["tools.bench", "tools.overlap", "tools.tp"],
     ["tools.tune"],
@@ -47,7 +48,9 @@ def _imports(path: pathlib.Path) -> list[tuple[str, bool]]:
         package = []
     found = []
     tree = ast.parse(path.read_text())
-    top = set(map(id, tree.body))
+    # module level: the module's statements, and those of its top-level try blocks (an optional dependency)
+    top = {id(n) for node in tree.body for n in ([node, *node.body, *(h for x in node.handlers for h in x.body)]
+                                                  if isinstance(node, ast.Try) else [node])}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:

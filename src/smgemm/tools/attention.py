@@ -29,11 +29,12 @@ TB/s from 24 SMs but 3.95 from 48 (`PYTHONPATH=src python benchmarks/sweep_atten
 tree of 36cf42e). Asking L2 for the pages 4-16 iterations ahead (`cp.async.bulk.prefetch.L2`, one thread a
 program) was slower everywhere: 1.86-1.88 TB/s from 24 SMs, 2.5-3.1 on the whole device (a one-off variant of this
 kernel, one run on the tree of 7cef882).
-The same attention written in Gluon (`benchmarks/sweep_attention_gluon.py`: a ring of TMA page slots on mbarriers,
-the next page's copies issued as soon as every warp is past the slot's last page, S^T = K Q^T and O^T += V^T P^T on
-warpgroup MMAs with the GQA group as the 8-wide side) pulled 2.20 TB/s from 24 SMs with two programs an SM, level
-with this kernel, and 1.37 with one program of six slots (the loads alone 3.11 TB/s): one warpgroup's chain on a page,
-0.57 us, bounds it as this kernel's chains do (a one-off version of that script's kernel, one run, tree of 7766a20).
+Where Triton 3.6's Gluon runs on a Hopper GPU, `decode_attention` runs `smgemm.tools.attention_gluon`'s kernel
+instead (`kernel`): its warps take 16 tokens of a page each on mma.sync with their own running softmax, K and V go to
+registers as each page lands and its slot is refilled at once, and it pulled 2.85 TB/s from 24 SMs and 4.24 from 48
+with three programs an SM, where this kernel pulls 2.18 and 4.10 in the same run (`benchmarks/sweep_attention_gluon.py
+--pipe warps`). The same attention on one warpgroup's wgmma chain a page (that script's other loops) was level with
+this kernel: 2.20 TB/s from 24 SMs with two programs an SM.
 Sequences are split into chunks (`chunks`, merged by a second kernel) only where there are fewer items than
 programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36 SMs,
 4.10 against 4.41 on the whole device), since each item refills the pipeline.
@@ -53,6 +54,11 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime import _allocation
+
+try:  # Triton's Gluon: written against 3.6's API (`_gluon`)
+    from . import attention_gluon
+except ImportError:
+    attention_gluon = None
 
 PARTITION_PROGRAMS_PER_SM = 3  # programs an SM that stream fastest in a partition (module docstring)
 
@@ -157,12 +163,20 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
+def _gluon():
+    """`smgemm.tools.attention_gluon`, or None where its Gluon (Triton 3.6's API) is not what is installed."""
+    return attention_gluon if tuple(triton.__version__.split(".")[:2]) == ("3", "6") else None
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                      seq_lens: torch.Tensor, *, num_programs: int | None = None, stages: int = 3,
-                     warps: int = 2, chunks: int | None = None, parts: int = 1) -> torch.Tensor:
+                     warps: int = 2, chunks: int | None = None, parts: int = 1, kernel: str = "auto") -> torch.Tensor:
     """softmax(q K^T / sqrt(head_dim)) V for each sequence's one new token, GQA (q_heads a multiple of kv_heads),
     over the paged caches (layout in the module docstring). `num_programs`: the persistent grid (default two per
     SM of the device; in a green context of fewer SMs, pass `PARTITION_PROGRAMS_PER_SM` times its SM count).
+    `kernel`: "gluon" (`smgemm.tools.attention_gluon`: Triton 3.6 on Hopper, pages of 64 tokens, head_dim 128, at
+    most 8 query heads a KV head, no chunks), "tl" (this module's kernel, the knobs below) or "auto" (the Gluon
+    kernel where it reads the operands and the call sets none of the `tl` kernel's knobs and needs no chunks).
     `warps` split each page's tokens between them, `parts` (a power of two) each page into parts of as many tokens an
     iteration (shorter chains, smaller stages); `chunks` (a power of two) splits each sequence's pages, whose
     states a second kernel merges (default: 1 where there are as many (sequence, KV head) items as programs, else
@@ -176,6 +190,21 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dtype != torch.bfloat16 or not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous bf16")
+    if kernel not in ("auto", "tl", "gluon"):
+        raise ValueError(f"kernel must be 'auto', 'tl' or 'gluon', got {kernel!r}")
+    if kernel != "tl":
+        fast = _gluon()
+        fits = fast is not None and fast.fits(q, k_cache)
+        if kernel == "gluon" and not fits:
+            raise ValueError("kernel='gluon' needs Triton 3.6, a Hopper GPU, pages of 64 tokens, head_dim 128 and "
+                             f"at most 8 query heads a KV head; got triton {triton.__version__}, device {q.device}, "
+                             f"k_cache {tuple(k_cache.shape)}, q {tuple(q.shape)}")
+        programs = num_programs
+        if programs is None and fits:
+            programs = fast.PROGRAMS_PER_SM * torch.cuda.get_device_properties(q.device).multi_processor_count
+        if fits and (kernel == "gluon" or ((stages, warps, chunks, parts) == (3, 2, None, 1)
+                                           and batch * kv_heads >= programs)):
+            return fast.decode_attention(q, k_cache, v_cache, block_table, seq_lens, programs)
     if parts < 1 or parts & (parts - 1):
         raise ValueError(f"parts must be a power of two, got {parts}")
     if page_size % (16 * warps * parts):
