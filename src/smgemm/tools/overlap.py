@@ -219,9 +219,11 @@ def _clock_power(run: Callable[[], object], reps: int) -> tuple[float, float]:
 
 
 def bench_step(tokens: int, batch: int, context: int, budgets: list[int], reps: int = 10, partner: str = "attention",
-               decode_layers: int = 8) -> tuple[list[dict[str, object]], dict[str, object]]:
+               decode_layers: int = 8,
+               attention_kernel: str = "auto") -> tuple[list[dict[str, object]], dict[str, object]]:
     """One serving step's layer: the prefill chunk's GEMMs beside the decode batch's memory-bound work (see the
-    module docstring). Returns a row per k and a summary (modes' clocks and power, the best k against the model)."""
+    module docstring; `attention_kernel`: `decode_attention`'s `kernel`). Returns a row per k and a summary (modes'
+    clocks and power, the best k against the model)."""
 
     def steady_ms(run: Callable[[], object]) -> float:
         return event_ms(run, reps, warm_s=0.2)
@@ -240,7 +242,7 @@ def bench_step(tokens: int, batch: int, context: int, budgets: list[int], reps: 
     if partner == "attention":
         q, k_cache, v_cache, table_, lens = paged_cache(batch, 8, 128, context)
         moved = cache_bytes(k_cache, lens)
-        out = decode_attention(q, k_cache, v_cache, table_, lens)
+        out = decode_attention(q, k_cache, v_cache, table_, lens, kernel=attention_kernel)
         few = slice(0, 2)  # the float64 reference of two sequences
         ref = reference_attention(q[few], k_cache, v_cache, table_[few], lens[few])
         bound = 2.0**-8 * (ref.abs() + v_cache.abs().max().double()) + 1e-4  # bf16 out and probabilities
@@ -249,7 +251,8 @@ def bench_step(tokens: int, batch: int, context: int, budgets: list[int], reps: 
 
         def side(num_sms: int | None = None) -> Callable[[], None]:  # on the whole device or num_sms of a partition
             programs = None if num_sms is None else PARTITION_PROGRAMS_PER_SM * num_sms
-            return lambda: decode_attention(q, k_cache, v_cache, table_, lens, num_programs=programs)
+            return lambda: decode_attention(q, k_cache, v_cache, table_, lens, num_programs=programs,
+                                            kernel=attention_kernel)
     elif partner == "mxfp4":
         xs = torch.randn(batch, 4096, device="cuda").to(torch.bfloat16)
         hs = torch.randn(batch, 14336, device="cuda").to(torch.bfloat16)
@@ -349,6 +352,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partner", default="attention", choices=("attention", "mxfp4"),
                    help="--step: the memory-bound side: paged decode attention, or MXFP4 decode GEMMs")
     p.add_argument("--decode-layers", type=int, default=8, help="--step --partner mxfp4: layers of decode GEMMs")
+    p.add_argument("--attention-kernel", default="auto", choices=("auto", "tl", "gluon"),
+                   help="--step: decode_attention's kernel (auto: Gluon on Hopper under Triton 3.6, else tl)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -358,7 +363,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.step:
         rows, summary = bench_step(args.tokens, args.batch, args.context, args.num_sms, args.reps, args.partner,
-                                   args.decode_layers)
+                                   args.decode_layers, args.attention_kernel)
         print(table(rows))
         print(table([{"what": key, "value": value} for key, value in summary.items()]))
         if args.plot:
