@@ -33,7 +33,7 @@ Where Triton 3.6's Gluon runs on a Hopper GPU, `decode_attention` runs `smgemm.t
 instead (`kernel`): its warps take 16 tokens of a page each on mma.sync with their own running softmax, K and V go to
 registers as each page lands and its slot is refilled at once, and it pulled 2.85 TB/s from 24 SMs and 4.24 from 48
 with three programs an SM, where this kernel pulls 2.18 and 4.10 in the same run (`benchmarks/sweep_attention_gluon.py
---pipe warps`). The same attention on one warpgroup's wgmma chain a page (that script's other loops) was level with
+--pipe warps`, 8ac521e). The same attention on one warpgroup's wgmma chain a page (that script's other loops) was level with
 this kernel: 2.20 TB/s from 24 SMs with two programs an SM.
 Sequences are split into chunks (`chunks`, merged by a second kernel) only where there are fewer items than
 programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36 SMs,

@@ -17,8 +17,9 @@ through the idle slots). No barrier joins the warps' chains but the one that fre
 warp's work on 16 tokens, not a warpgroup's on 64.
 
 On the H200 (64 sequences of 16k tokens, 8 KV heads, green contexts) three programs an SM of two slots pulled
-2.84 TB/s from 24 SMs, where the `tl` kernel pulls 2.18 in the same run
-(`PYTHONPATH=src python benchmarks/sweep_attention_gluon.py --sms 24 --pipe warps --configs 3x2`).
+2.07 / 2.85 / 3.12 / 4.24 TB/s from 16 / 24 / 32 / 48 SMs, where the `tl` kernel pulls 1.58 / 2.18 / 2.91 / 4.10 in
+the same run (`PYTHONPATH=src python benchmarks/sweep_attention_gluon.py --sms 16,24,32,48 --pipe warps --configs
+3x2,2x3,4x1`, 8ac521e); two programs of three slots pulled 2.56 from 24 SMs, four of one slot 2.24.
 """
 
 from __future__ import annotations
