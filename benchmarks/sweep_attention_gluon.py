@@ -195,10 +195,12 @@ def _ring_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr,
 
 
 def ring_attention(q, k_cache, v_cache, block_table, seq_lens, *, num_programs: int, stages: int = 3,
-                   pipe: str = "none", drop: str = "none") -> torch.Tensor:
-    """decode_attention's result through `_ring_attention_kernel` on a persistent grid of `num_programs`."""
+                   pipe: str = "none", drop: str = "none", chunks: int | None = None) -> torch.Tensor:
+    """decode_attention's result through `_ring_attention_kernel` (or for "warps", `tools.attention_gluon` with
+    `chunks`) on a persistent grid of `num_programs`."""
     if pipe == "warps":
-        return attention_gluon.decode_attention(q, k_cache, v_cache, block_table, seq_lens, num_programs, stages)
+        return decode_attention(q, k_cache, v_cache, block_table, seq_lens, num_programs=num_programs, stages=stages,
+                                chunks=chunks, kernel="gluon")
     batch, q_heads, head_dim = q.shape
     kv_heads, page_size = k_cache.shape[1:3]
     if (pipe in ("carry", "wait") and stages < 3) or (pipe == "none" and stages < 2):
@@ -221,6 +223,8 @@ def main():
     p.add_argument("--configs", default="3x2,2x3,1x6", help="comma list of PROGRAMSxSTAGES: programs an SM, ring slots")
     p.add_argument("--pipe", default="none,regs,warps", help=f"comma list of {', '.join(PIPES)}")
     p.add_argument("--drop", default="none", help=f"comma list of {', '.join(DROPS)} (with --pipe none)")
+    p.add_argument("--chunks", default="auto", help="comma list of chunks a (sequence, KV head) for --pipe warps: "
+                   "powers of two, or auto (`decode_attention`'s default)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--context", type=int, default=16384)
     args = p.parse_args()
@@ -241,22 +245,24 @@ def main():
     rows = []
     for sms in [*args.sms, device_sms]:
         with smgemm.SMPartition(sms) if sms < device_sms else contextlib.nullcontext():
-            runs = [("tl", 3, 3, "none", "none")]
-            runs += [("gluon", per_sm, stages, pipe, drop) for per_sm, stages in configs
+            runs = [("tl", 3, 3, "none", "none", "auto")]
+            runs += [("gluon", per_sm, stages, pipe, drop, chunks) for per_sm, stages in configs
                      for pipe in args.pipe.split(",") for drop in (args.drop.split(",") if pipe == "none" else ["none"])
+                     for chunks in (args.chunks.split(",") if pipe == "warps" else ["1"])
                      if stages >= {"none": 2, "carry": 3, "wait": 3}.get(pipe, 1)]
-            for kind, per_sm, stages, pipe, drop in runs:
+            for kind, per_sm, stages, pipe, drop, chunks in runs:
                 if kind == "tl":
                     def run(per_sm=per_sm, stages=stages, sms=sms):
                         return decode_attention(q, k_cache, v_cache, table_, lens, num_programs=per_sm * sms,
                                                 stages=stages, kernel="tl")
                 else:
-                    def run(per_sm=per_sm, stages=stages, pipe=pipe, drop=drop, sms=sms):
+                    def run(per_sm=per_sm, stages=stages, pipe=pipe, drop=drop, sms=sms, chunks=chunks):
                         return ring_attention(q, k_cache, v_cache, table_, lens, num_programs=per_sm * sms,
-                                              stages=stages, pipe=pipe, drop=drop)
+                                              stages=stages, pipe=pipe, drop=drop,
+                                              chunks=None if chunks == "auto" else int(chunks))
                 ms = event_ms(run, 10, warm_s=0.2)
                 rows.append({"SMs": sms, "kernel": kind, "pipe": pipe, "programs an SM": per_sm,
-                             "stages": stages, "left out": drop, "ms": ms, "TB/s": moved / ms / 1e9,
+                             "stages": stages, "chunks": chunks, "left out": drop, "ms": ms, "TB/s": moved / ms / 1e9,
                              "us a page a program": ms * 1e3 * per_sm * sms / pages_read})
                 print(rows[-1], flush=True)
     print(table(rows))

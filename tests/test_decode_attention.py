@@ -48,7 +48,7 @@ def test_refuses_what_it_cannot_read(device):
 def test_gluon_kernel_matches_sdpa(group):
     """The Gluon kernel (Triton 3.6, Hopper): each warp's 16 tokens of a page keep their own running softmax, merged
     through the idle slots at the end of an item. Sequences of one token, one whole page and a partial last page
-    leave warps and slots without a token; grids smaller and larger than the (sequence, KV head) items."""
+    leave warps, slots and chunks without a token; grids smaller and larger than the items."""
     fast = attention._gluon()
     q, k_cache, v_cache, table, lens = paged_cache(5, 2, 128, 1000, seed=2)
     if fast is None or not fast.fits(q, k_cache):
@@ -57,11 +57,11 @@ def test_gluon_kernel_matches_sdpa(group):
     lens = torch.tensor([1000, 1, 64, 65, 37], dtype=torch.int32, device="cuda")
     ref = reference_attention(q, k_cache, v_cache, table, lens)
     bound = 2.0**-9 * (ref.abs() + v_cache.double().abs().max()) + 1e-5  # as in the tl kernel's test
-    for programs in (1, 3, 64):
+    for programs, chunks in ((1, 1), (3, 1), (64, 1), (3, 2), (7, 4), (64, None)):  # chunks of none to 16 pages
         torch.full_like(q, float("nan"))  # freed: the output's allocation reuses the block, NaN-filled
-        out = decode_attention(q, k_cache, v_cache, table, lens, num_programs=programs, kernel="gluon")
+        out = decode_attention(q, k_cache, v_cache, table, lens, num_programs=programs, chunks=chunks, kernel="gluon")
         assert not out.isnan().any()
-        assert ((out.double() - ref).abs() <= bound).all(), (programs, (out.double() - ref).abs().max())
+        assert ((out.double() - ref).abs() <= bound).all(), (programs, chunks, (out.double() - ref).abs().max())
 
 
 def test_kernel_choice_is_checked(device):
@@ -70,3 +70,4 @@ def test_kernel_choice_is_checked(device):
         decode_attention(q, k_cache, v_cache, table, lens, kernel="cuda")
     with pytest.raises(ValueError, match=r"kernel='gluon' needs Triton 3\.6, a Hopper GPU, pages of 64 tokens"):
         decode_attention(q, k_cache, v_cache, table, lens, kernel="gluon")  # pages of 16 tokens, head_dim 32
+

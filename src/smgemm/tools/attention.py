@@ -32,12 +32,18 @@ kernel, one run on the tree of 7cef882).
 Where Triton 3.6's Gluon runs on a Hopper GPU, `decode_attention` runs `smgemm.tools.attention_gluon`'s kernel
 instead (`kernel`): its warps take 16 tokens of a page each on mma.sync with their own running softmax, K and V go to
 registers as each page lands and its slot is refilled at once, and it pulled 2.85 TB/s from 24 SMs and 4.24 from 48
-with three programs an SM, where this kernel pulls 2.18 and 4.10 in the same run (`benchmarks/sweep_attention_gluon.py
---pipe warps`, 8ac521e). The same attention on one warpgroup's wgmma chain a page (that script's other loops) was level with
-this kernel: 2.20 TB/s from 24 SMs with two programs an SM.
+with three programs an SM, where this kernel pulls 2.18 and 4.10 in the same run
+(`benchmarks/sweep_attention_gluon.py --pipe warps`, 8ac521e). The same attention on one warpgroup's wgmma chain a
+page (that script's other loops) was level with this kernel: 2.20 TB/s from 24 SMs with two programs an SM.
 Sequences are split into chunks (`chunks`, merged by a second kernel) only where there are fewer items than
 programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36 SMs,
-4.10 against 4.41 on the whole device), since each item refills the pipeline.
+4.10 against 4.41 on the whole device), since each item refills the pipeline. That holds for the Gluon kernel too,
+even where whole items leave programs idle for the grid's last round (512 items on 72 programs from 24 SMs: 64 of
+them idle for one item's time): chunks that fill the rounds to 95-98% pulled 2.73-2.77 TB/s from 24 SMs against
+2.83-2.85 whole, 3.85-4.02 from 48 against 4.24-4.29, 4.16-4.32 on the whole device against 4.31-4.51
+(`benchmarks/sweep_attention_gluon.py --pipe warps --configs 3x2 --chunks auto,1` with a one-off default that chose
+4 or 8 chunks, two runs on the tree of 5443d32 with this kernel's chunks), while 504 or 432 items, whole rounds of
+72, pulled 3.06-3.07 TB/s from 24 SMs (`--batch 63`, `--batch 54`, f9a57e7).
 
 Layout (vLLM's paged layout, heads before tokens): k_cache and v_cache [pages, kv_heads, page_size, head_dim] bf16
 contiguous; block_table [batch, max_pages] int32 maps a sequence's i-th page to its page in the cache; seq_lens
@@ -169,18 +175,19 @@ def _gluon():
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                     seq_lens: torch.Tensor, *, num_programs: int | None = None, stages: int = 3,
+                     seq_lens: torch.Tensor, *, num_programs: int | None = None, stages: int | None = None,
                      warps: int = 2, chunks: int | None = None, parts: int = 1, kernel: str = "auto") -> torch.Tensor:
     """softmax(q K^T / sqrt(head_dim)) V for each sequence's one new token, GQA (q_heads a multiple of kv_heads),
-    over the paged caches (layout in the module docstring). `num_programs`: the persistent grid (default two per
-    SM of the device; in a green context of fewer SMs, pass `PARTITION_PROGRAMS_PER_SM` times its SM count).
-    `kernel`: "gluon" (`smgemm.tools.attention_gluon`: Triton 3.6 on Hopper, pages of 64 tokens, head_dim 128, at
-    most 8 query heads a KV head, no chunks), "tl" (this module's kernel, the knobs below) or "auto" (the Gluon
-    kernel where it reads the operands and the call sets none of the `tl` kernel's knobs and needs no chunks).
-    `warps` split each page's tokens between them, `parts` (a power of two) each page into parts of as many tokens an
-    iteration (shorter chains, smaller stages); `chunks` (a power of two) splits each sequence's pages, whose
-    states a second kernel merges (default: 1 where there are as many (sequence, KV head) items as programs, else
-    enough for one item a program, at least 8 pages a chunk).
+    over the paged caches (layout in the module docstring). `num_programs`: the persistent grid (default: the
+    kernel's programs an SM times the device's SMs; in a green context of fewer SMs, pass `PARTITION_PROGRAMS_PER_SM`
+    times its SM count). `kernel`: "gluon" (`smgemm.tools.attention_gluon`: Triton 3.6 on Hopper, pages of 64 tokens,
+    head_dim 128, at most 8 query heads a KV head), "tl" (this module's kernel) or "auto" (the Gluon kernel where it
+    reads the operands and the call sets none of the `tl` kernel's own knobs, `warps` and `parts`).
+    `stages`: page slots a program (default 3 for `tl`, 2 for Gluon); `warps` split each page's tokens between them,
+    `parts` (a power of two) each page into parts of as many tokens an iteration (shorter chains, smaller stages);
+    `chunks` (a power of two) splits each sequence's pages, whose states a second kernel merges (default: 1 where
+    there are as many (sequence, KV head) items as programs, else enough for one item a program, at least 8 pages a
+    chunk).
     bf16 in and out, fp32 softmax and accumulation."""
     batch, q_heads, head_dim = q.shape
     pages, kv_heads, page_size, _ = k_cache.shape
@@ -192,30 +199,25 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             raise ValueError(f"{name} must be contiguous bf16")
     if kernel not in ("auto", "tl", "gluon"):
         raise ValueError(f"kernel must be 'auto', 'tl' or 'gluon', got {kernel!r}")
-    if kernel != "tl":
-        fast = _gluon()
-        fits = fast is not None and fast.fits(q, k_cache)
-        if kernel == "gluon" and not fits:
-            raise ValueError("kernel='gluon' needs Triton 3.6, a Hopper GPU, pages of 64 tokens, head_dim 128 and "
-                             f"at most 8 query heads a KV head; got triton {triton.__version__}, device {q.device}, "
-                             f"k_cache {tuple(k_cache.shape)}, q {tuple(q.shape)}")
-        programs = num_programs
-        if programs is None and fits:
-            programs = fast.PROGRAMS_PER_SM * torch.cuda.get_device_properties(q.device).multi_processor_count
-        if fits and (kernel == "gluon" or ((stages, warps, chunks, parts) == (3, 2, None, 1)
-                                           and batch * kv_heads >= programs)):
-            return fast.decode_attention(q, k_cache, v_cache, block_table, seq_lens, programs)
-    if parts < 1 or parts & (parts - 1):
-        raise ValueError(f"parts must be a power of two, got {parts}")
-    if page_size % (16 * warps * parts):
-        raise ValueError(f"page_size ({page_size}) must be a multiple of 16 tokens a warp ({warps} warps) "
-                         f"in each of {parts} parts")
+    fast = _gluon() if kernel != "tl" else None
+    fits = fast is not None and fast.fits(q, k_cache)
+    if kernel == "gluon" and not fits:
+        raise ValueError("kernel='gluon' needs Triton 3.6, a Hopper GPU, pages of 64 tokens, head_dim 128 and "
+                         f"at most 8 query heads a KV head; got triton {triton.__version__}, device {q.device}, "
+                         f"k_cache {tuple(k_cache.shape)}, q {tuple(q.shape)}")
+    gluon = fits and (kernel == "gluon" or (warps, parts) == (2, 1))
+    if not gluon:
+        if parts < 1 or parts & (parts - 1):
+            raise ValueError(f"parts must be a power of two, got {parts}")
+        if page_size % (16 * warps * parts):
+            raise ValueError(f"page_size ({page_size}) must be a multiple of 16 tokens a warp ({warps} warps) "
+                             f"in each of {parts} parts")
     group = q_heads // kv_heads
-    group_pad = max(16, triton.next_power_of_2(group))
+    group_pad = fast.MAX_GROUP if gluon else max(16, triton.next_power_of_2(group))
     out = torch.empty_like(q)
     if num_programs is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
-        num_programs = 2 * sms
+        num_programs = (fast.PROGRAMS_PER_SM if gluon else 2) * sms
     if chunks is None:  # chunks only where there are fewer items than programs: each item refills the pipeline
         chunks = 1
         while batch * kv_heads * chunks < num_programs and block_table.shape[1] >= 16 * chunks:
@@ -228,18 +230,22 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if chunks > 1:
         part_ml = torch.empty(items, 2, group_pad, dtype=torch.float32, device=q.device)
         part_acc = torch.empty(items, group_pad, head_dim, dtype=torch.float32, device=q.device)
-    interpreter = q.device.type == "cpu"
-    token = _allocation._allocator.set(_scratch)  # device-built tensor descriptors live in a global scratch
-    try:
-        _decode_attention_kernel[(grid,)](
-            q, k_cache, v_cache, block_table, seq_lens, out, part_ml, part_acc,
-            batch, kv_heads, pages * kv_heads * page_size, block_table.shape[1],
-            math.log2(math.e) / math.sqrt(head_dim), grid,
-            GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, PAGE=page_size, SPLIT=warps, CHUNKS=chunks,
-            STAGES=stages, INTERPRETER=interpreter, PARTS=parts, num_warps=warps,
-        )
-    finally:
-        _allocation._allocator.reset(token)
+    if gluon:
+        out = fast.decode_attention(q, k_cache, v_cache, block_table, seq_lens, grid, stages or fast.STAGES, chunks,
+                                    part_ml, part_acc)
+    else:
+        interpreter = q.device.type == "cpu"
+        token = _allocation._allocator.set(_scratch)  # device-built tensor descriptors live in a global scratch
+        try:
+            _decode_attention_kernel[(grid,)](
+                q, k_cache, v_cache, block_table, seq_lens, out, part_ml, part_acc,
+                batch, kv_heads, pages * kv_heads * page_size, block_table.shape[1],
+                math.log2(math.e) / math.sqrt(head_dim), grid,
+                GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, PAGE=page_size, SPLIT=warps, CHUNKS=chunks,
+                STAGES=stages or 3, INTERPRETER=interpreter, PARTS=parts, num_warps=warps,
+            )
+        finally:
+            _allocation._allocator.reset(token)
     if chunks > 1:
         _chunks_kernel[(batch * kv_heads,)](part_ml, part_acc, out, GROUP=group, GROUP_PAD=group_pad,
                                             HEAD_DIM=head_dim, CHUNKS=chunks, num_warps=4)

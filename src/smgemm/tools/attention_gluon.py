@@ -2,9 +2,10 @@
 kernel, behind `smgemm.tools.attention.decode_attention` (which keeps its `tl` kernel for other GPUs, other Triton
 versions and the interpreter).
 
-A persistent grid of one-warpgroup programs walks (sequence, KV head) items. Each program keeps a ring of `stages`
-page slots, each filled by two TMA copies (the page's K and V, [page, head_dim]) that signal one mbarrier, and each
-page's table entry is loaded one iteration before its copies. Each of the 4 warps owns 16 tokens of every 64-token
+A persistent grid of one-warpgroup programs walks (sequence, KV head) items, or chunks of their pages. Each program
+keeps a ring of `stages` page slots, each filled by two TMA copies (the page's K and V, [page, head_dim]) that signal
+one mbarrier; an item's first copies go out before its queries are read, and each page's table entry is loaded one
+iteration before its copies. Each of the 4 warps owns 16 tokens of every 64-token
 page: it loads them from the slot into registers as the operands of its own mma.sync products, and once every warp
 has them the slot takes the copies of the page `stages` ahead, so all `stages` slots are in flight while the page is
 computed. Per warp and page, with the GQA group (up to 8 query heads) as the products' 8-wide side:
@@ -19,7 +20,10 @@ warp's work on 16 tokens, not a warpgroup's on 64.
 On the H200 (64 sequences of 16k tokens, 8 KV heads, green contexts) three programs an SM of two slots pulled
 2.07 / 2.85 / 3.12 / 4.24 TB/s from 16 / 24 / 32 / 48 SMs, where the `tl` kernel pulls 1.58 / 2.18 / 2.91 / 4.10 in
 the same run (`PYTHONPATH=src python benchmarks/sweep_attention_gluon.py --sms 16,24,32,48 --pipe warps --configs
-3x2,2x3,4x1`, 8ac521e); two programs of three slots pulled 2.56 from 24 SMs, four of one slot 2.24.
+3x2,2x3,4x1`, 8ac521e); two programs of three slots pulled 2.56 from 24 SMs, four of one slot 2.24. With the first
+copies ahead of the queries, 2.85 / 3.01 / 4.29 from 24 / 28 / 48 SMs and 4.51 on the whole chip, the `tl` kernel 2.17
+/ 2.52 / 4.15 / 4.45 (`--sms 24,28,48 --pipe warps --configs 3x2 --chunks 1`, this module's tree; the `--chunks`
+rows of that run are the one-off rule of `smgemm.tools.attention`'s docstring).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ PAGE = 64  # tokens a page: 4 warps of 16 (one mma.sync row block each)
 WARPS = 4
 MAX_GROUP = 8  # query heads a KV head: the products' 8-wide side
 HEAD_DIM = 128
-PROGRAMS_PER_SM = 3  # of two 32 KB slots each: 197 KB of shared memory an SM
+PROGRAMS_PER_SM = 3  # of two 32 KB slots and 8 KB for Q each: 221 KB of shared memory an SM
 STAGES = 2
 
 
@@ -52,13 +56,15 @@ def _issue(k_desc, v_desc, k_smem, v_smem, bars, page, ok, slot, kv_heads, h, PA
 
 
 @gluon.jit
-def _warp_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr,
+def _warp_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr, part_ml_ptr, part_acc_ptr,
                            batch, kv_heads, max_pages, scale_log2, num_programs,
                            GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr,
-                           STAGES: gl.constexpr, num_warps: gl.constexpr):
+                           STAGES: gl.constexpr, CHUNKS: gl.constexpr, num_warps: gl.constexpr):
     """Each warp takes its own PAGE / num_warps tokens of every page and keeps its own running softmax (merged once an
     item), on mma.sync with the GQA group as the 8-wide side: S^T = K Q^T, O^T += V^T P^T. A page's K and V go to
-    registers as soon as it lands, and its slot is refilled before they are computed on."""
+    registers as soon as it lands, and its slot is refilled before they are computed on. An item is one of CHUNKS
+    chunks of a (sequence, KV head)'s pages; with more than one, its state goes to part_ml / part_acc (the layout of
+    `smgemm.tools.attention._chunks_kernel`, which merges them)."""
     SUB: gl.constexpr = PAGE // num_warps
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1, 1],
                                                   instr_shape=[1, 16, 8])
@@ -72,9 +78,11 @@ def _warp_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr,
     plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])
     k_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, PAGE, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, PAGE, HEAD_DIM], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [num_warps, GROUP_PAD, HEAD_DIM], plain)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(bars.index(s), count=1)
+    fence_async_shared()  # the barriers' initialization before the first copies signal them
     offs_qw = gl.arange(0, num_warps, layout=gl.SliceLayout(1, gl.SliceLayout(2, q3)))
     offs_qg = gl.arange(0, GROUP_PAD, layout=gl.SliceLayout(0, gl.SliceLayout(2, q3)))
     offs_qd = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, gl.SliceLayout(1, q3)))
@@ -83,39 +91,40 @@ def _warp_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr,
     tok = offs_w[:, None] * SUB + offs_t[None, :]  # [warps, SUB]: token in the page
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, outs))
     offs_g = gl.arange(0, GROUP_PAD, layout=gl.SliceLayout(0, outs))
+    offs_gs = gl.arange(0, GROUP_PAD, layout=gl.SliceLayout(0, state))
     zero_s = gl.zeros([num_warps, SUB, GROUP_PAD], gl.float32, layout=mma)
     it = 0
-    for item in range(gl.program_id(0), batch * kv_heads, num_programs):
-        b = item // kv_heads
-        h = item % kv_heads
+    for item in range(gl.program_id(0), batch * kv_heads * CHUNKS, num_programs):
+        chunk = item % CHUNKS
+        b = item // CHUNKS // kv_heads
+        h = item // CHUNKS % kv_heads
         seq_len = gl.load(lens_ptr + b)
         n_pages = gl.cdiv(seq_len, PAGE)
+        first = chunk * n_pages // CHUNKS  # this chunk's pages: [first, last)
+        last = (chunk + 1) * n_pages // CHUNKS
         row_base = b * max_pages
-        # Q^T as each warp's B operand, through the (idle) K slots: no scratch beside the ring
+        for j in gl.static_range(STAGES):  # the first pages' copies before anything else of the item
+            page = gl.load(table_ptr + row_base + gl.maximum(gl.minimum(first + j, last - 1), 0))
+            _issue(k_desc, v_desc, k_smem, v_smem, bars, page, first + j < last, (it + j) % STAGES, kv_heads, h, PAGE)
+        nxt = gl.load(table_ptr + row_base + gl.maximum(gl.minimum(first + STAGES, last - 1), 0))
+        # Q^T as each warp's B operand
         q_row0 = b * kv_heads * GROUP + h * GROUP
         p_q = (q_ptr + (q_row0 + offs_qg)[None, :, None] * HEAD_DIM + offs_qd[None, None, :] +
                0 * offs_qw[:, None, None])
-        q_s = k_smem._reinterpret(gl.bfloat16, [num_warps, GROUP_PAD, HEAD_DIM], plain)
-        q_s.store(gl.load(p_q, mask=(offs_qg < GROUP)[None, :, None], other=0.0))
+        q_smem.store(gl.load(p_q, mask=(offs_qg < GROUP)[None, :, None], other=0.0))
         gl.thread_barrier()
-        q_t = q_s.permute((0, 2, 1)).load(b_op)
-        gl.thread_barrier()
-        fence_async_shared()  # the slots' generic accesses before their next copies
-        for j in gl.static_range(STAGES):
-            page = gl.load(table_ptr + row_base + gl.maximum(gl.minimum(j, n_pages - 1), 0))
-            _issue(k_desc, v_desc, k_smem, v_smem, bars, page, j < n_pages, (it + j) % STAGES, kv_heads, h, PAGE)
-        nxt = gl.load(table_ptr + row_base + gl.maximum(gl.minimum(STAGES, n_pages - 1), 0))
+        q_t = q_smem.permute((0, 2, 1)).load(b_op)
         m_i = gl.full([num_warps, GROUP_PAD], float("-inf"), gl.float32, layout=state)
         l_i = gl.zeros([num_warps, GROUP_PAD], gl.float32, layout=state)
         o = gl.zeros([num_warps, HEAD_DIM, GROUP_PAD], gl.float32, layout=mma)
-        for i in range(n_pages):
+        for i in range(first, last):
             slot = it % STAGES
             mbarrier.wait(bars.index(slot), (it // STAGES) & 1)
             k_reg = k_smem.index(slot).reshape((num_warps, SUB, HEAD_DIM)).load(a_op)
             v_reg = v_smem.index(slot).reshape((num_warps, SUB, HEAD_DIM)).permute((0, 2, 1)).load(a_op)
             gl.thread_barrier()  # every warp holds its tokens of the page: the slot is free again
-            _issue(k_desc, v_desc, k_smem, v_smem, bars, nxt, i + STAGES < n_pages, slot, kv_heads, h, PAGE)
-            nxt = gl.load(table_ptr + row_base + gl.minimum(i + STAGES + 1, n_pages - 1))
+            _issue(k_desc, v_desc, k_smem, v_smem, bars, nxt, i + STAGES < last, slot, kv_heads, h, PAGE)
+            nxt = gl.load(table_ptr + row_base + gl.minimum(i + STAGES + 1, last - 1))
             s_t = mma_v2(k_reg, q_t, zero_s)  # S^T [warps, SUB, GROUP_PAD]
             s_t = gl.where((i * PAGE + tok < seq_len)[:, :, None], s_t * scale_log2, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s_t, axis=1))
@@ -133,10 +142,17 @@ def _warp_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr,
         o_s.store(o * w[:, None, :])
         gl.thread_barrier()
         o_sum = gl.sum(o_s.load(merged), axis=0)
-        o_sum = o_sum / gl.convert_layout(gl.sum(l_i * w, axis=0), gl.SliceLayout(0, outs))[None, :]
-        gl.store(out_ptr + (q_row0 + offs_g)[None, :] * HEAD_DIM + offs_d[:, None], o_sum.to(gl.bfloat16),
-                 mask=(offs_g < GROUP)[None, :])
-        gl.thread_barrier()
+        l_sum = gl.sum(l_i * w, axis=0)
+        if CHUNKS == 1:
+            o_sum = o_sum / gl.convert_layout(l_sum, gl.SliceLayout(0, outs))[None, :]
+            gl.store(out_ptr + (q_row0 + offs_g)[None, :] * HEAD_DIM + offs_d[:, None], o_sum.to(gl.bfloat16),
+                     mask=(offs_g < GROUP)[None, :])
+        else:  # this chunk's state (max, sum, weighted values), merged with the others' by _chunks_kernel
+            gl.store(part_ml_ptr + item * 2 * GROUP_PAD + offs_gs, top)
+            gl.store(part_ml_ptr + item * 2 * GROUP_PAD + GROUP_PAD + offs_gs, l_sum)
+            gl.store(part_acc_ptr + (item * GROUP_PAD + offs_g)[None, :] * HEAD_DIM + offs_d[:, None], o_sum)
+        gl.thread_barrier()  # every warp is past the K slots' and Q's generic accesses ...
+        fence_async_shared()  # ... and they come before the slots' next copies
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(s))
 
@@ -158,17 +174,20 @@ def fits(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                     seq_lens: torch.Tensor, num_programs: int, stages: int = STAGES) -> torch.Tensor:
+                     seq_lens: torch.Tensor, num_programs: int, stages: int = STAGES, chunks: int = 1,
+                     part_ml: torch.Tensor | None = None, part_acc: torch.Tensor | None = None) -> torch.Tensor:
     """`smgemm.tools.attention.decode_attention`'s result through `_warp_attention_kernel` on a persistent grid of
-    `num_programs` (operands as there, and `fits`)."""
+    `num_programs` (operands as there, and `fits`). With `chunks` > 1 the output is left for the caller to merge from
+    part_ml [items, 2, MAX_GROUP] and part_acc [items, MAX_GROUP, head_dim] fp32 (items = batch * kv_heads *
+    chunks)."""
     batch, q_heads, head_dim = q.shape
     kv_heads = k_cache.shape[1]
     group = q_heads // kv_heads
     k_desc, v_desc = page_descriptors(k_cache, v_cache)
     out = torch.empty_like(q)
-    grid = max(1, min(num_programs, batch * kv_heads))
+    grid = max(1, min(num_programs, batch * kv_heads * chunks))
     _warp_attention_kernel[(grid,)](
-        q, k_desc, v_desc, block_table, seq_lens, out, batch, kv_heads, block_table.shape[1],
+        q, k_desc, v_desc, block_table, seq_lens, out, part_ml, part_acc, batch, kv_heads, block_table.shape[1],
         math.log2(math.e) / math.sqrt(head_dim), grid, GROUP=group, GROUP_PAD=MAX_GROUP, HEAD_DIM=head_dim,
-        PAGE=PAGE, STAGES=stages, num_warps=WARPS)
+        PAGE=PAGE, STAGES=stages, CHUNKS=chunks, num_warps=WARPS)
     return out
