@@ -22,7 +22,7 @@ On the H200 (64 sequences of 16k tokens, 8 KV heads, green contexts) three progr
 the same run (`PYTHONPATH=src python benchmarks/sweep_attention_gluon.py --sms 16,24,32,48 --pipe warps --configs
 3x2,2x3,4x1`, 8ac521e); two programs of three slots pulled 2.56 from 24 SMs, four of one slot 2.24. With the first
 copies ahead of the queries, 2.85 / 3.01 / 4.29 from 24 / 28 / 48 SMs and 4.51 on the whole chip, the `tl` kernel 2.17
-/ 2.52 / 4.15 / 4.45 (`--sms 24,28,48 --pipe warps --configs 3x2 --chunks 1`, this module's tree; the `--chunks`
+/ 2.52 / 4.15 / 4.45 (`--sms 24,28,48 --pipe warps --configs 3x2 --chunks 1`, d2c3373; the `--chunks`
 rows of that run are the one-off rule of `smgemm.tools.attention`'s docstring).
 """
 
