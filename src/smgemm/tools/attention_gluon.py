@@ -5,10 +5,10 @@ versions and the interpreter).
 A persistent grid of one-warpgroup programs walks (sequence, KV head) items, or chunks of their pages. Each program
 keeps a ring of `stages` page slots, each filled by two TMA copies (the page's K and V, [page, head_dim]) that signal
 one mbarrier; an item's first copies go out before its queries are read, and each page's table entry is loaded one
-iteration before its copies. Each of the 4 warps owns 16 tokens of every 64-token
-page: it loads them from the slot into registers as the operands of its own mma.sync products, and once every warp
-has them the slot takes the copies of the page `stages` ahead, so all `stages` slots are in flight while the page is
-computed. Per warp and page, with the GQA group (up to 8 query heads) as the products' 8-wide side:
+iteration before its copies. Each of the 4 warps owns 16 tokens of every 64-token page: it loads them from the slot
+into registers as the operands of its own mma.sync products, and once every warp has them the slot takes the copies
+of the page `stages` ahead, so all `stages` slots are in flight while the page is computed. Per warp and page, with
+the GQA group (up to 8 query heads) as the products' 8-wide side:
 
     S^T [16, 8]  = K [16, head_dim] @ Q^T [head_dim, 8]
     O^T [head_dim, 8] += V^T [head_dim, 16] @ P^T [16, 8]
@@ -21,9 +21,9 @@ On the H200 (64 sequences of 16k tokens, 8 KV heads, green contexts) three progr
 2.07 / 2.85 / 3.12 / 4.24 TB/s from 16 / 24 / 32 / 48 SMs, where the `tl` kernel pulls 1.58 / 2.18 / 2.91 / 4.10 in
 the same run (`PYTHONPATH=src python benchmarks/sweep_attention_gluon.py --sms 16,24,32,48 --pipe warps --configs
 3x2,2x3,4x1`, 8ac521e); two programs of three slots pulled 2.56 from 24 SMs, four of one slot 2.24. With the first
-copies ahead of the queries, 2.85 / 3.01 / 4.29 from 24 / 28 / 48 SMs and 4.51 on the whole chip, the `tl` kernel 2.17
-/ 2.52 / 4.15 / 4.45 (`--sms 24,28,48 --pipe warps --configs 3x2 --chunks 1`, d2c3373; the `--chunks`
-rows of that run are the one-off rule of `smgemm.tools.attention`'s docstring).
+copies ahead of the queries, 2.85 / 3.01 / 4.29 from 24 / 28 / 48 SMs and 4.51 on the whole chip, where the `tl`
+kernel pulls 2.17 / 2.52 / 4.15 / 4.45 (`--sms 24,28,48 --pipe warps --configs 3x2 --chunks 1`, d2c3373; the run's
+`--chunks auto` rows are the one-off rule that `smgemm.tools.attention`'s docstring records).
 """
 
 from __future__ import annotations
