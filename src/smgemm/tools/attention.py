@@ -174,6 +174,11 @@ def _gluon():
     return attention_gluon if tuple(triton.__version__.split(".")[:2]) == ("3", "6") else None
 
 
+def _output(q: torch.Tensor) -> torch.Tensor:
+    """The attention's output, [batch, q_heads, head_dim] bf16 (one allocation, which the tests fill with NaN)."""
+    return torch.empty_like(q)
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                      seq_lens: torch.Tensor, *, num_programs: int | None = None, stages: int | None = None,
                      warps: int = 2, chunks: int | None = None, parts: int = 1, kernel: str = "auto") -> torch.Tensor:
@@ -214,7 +219,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                              f"in each of {parts} parts")
     group = q_heads // kv_heads
     group_pad = fast.MAX_GROUP if gluon else max(16, triton.next_power_of_2(group))
-    out = torch.empty_like(q)
+    out = _output(q)
     if num_programs is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
         num_programs = (fast.PROGRAMS_PER_SM if gluon else 2) * sms
@@ -231,8 +236,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         part_ml = torch.empty(items, 2, group_pad, dtype=torch.float32, device=q.device)
         part_acc = torch.empty(items, group_pad, head_dim, dtype=torch.float32, device=q.device)
     if gluon:
-        out = fast.decode_attention(q, k_cache, v_cache, block_table, seq_lens, grid, stages or fast.STAGES, chunks,
-                                    part_ml, part_acc)
+        fast.decode_attention(q, k_cache, v_cache, block_table, seq_lens, out, grid, stages or fast.STAGES, chunks,
+                              part_ml, part_acc)
     else:
         interpreter = q.device.type == "cpu"
         token = _allocation._allocator.set(_scratch)  # device-built tensor descriptors live in a global scratch

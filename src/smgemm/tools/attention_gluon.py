@@ -174,17 +174,17 @@ def fits(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                     seq_lens: torch.Tensor, num_programs: int, stages: int = STAGES, chunks: int = 1,
-                     part_ml: torch.Tensor | None = None, part_acc: torch.Tensor | None = None) -> torch.Tensor:
-    """`smgemm.tools.attention.decode_attention`'s result through `_warp_attention_kernel` on a persistent grid of
-    `num_programs` (operands as there, and `fits`). With `chunks` > 1 the output is left for the caller to merge from
-    part_ml [items, 2, MAX_GROUP] and part_acc [items, MAX_GROUP, head_dim] fp32 (items = batch * kv_heads *
-    chunks)."""
+                     seq_lens: torch.Tensor, out: torch.Tensor, num_programs: int, stages: int = STAGES,
+                     chunks: int = 1, part_ml: torch.Tensor | None = None,
+                     part_acc: torch.Tensor | None = None) -> torch.Tensor:
+    """`smgemm.tools.attention.decode_attention`'s result, into `out` (like q), through `_warp_attention_kernel` on a
+    persistent grid of `num_programs` (operands as there, and `fits`). With `chunks` > 1 the output is left for the
+    caller to merge from part_ml [items, 2, MAX_GROUP] and part_acc [items, MAX_GROUP, head_dim] fp32 (items = batch *
+    kv_heads * chunks)."""
     batch, q_heads, head_dim = q.shape
     kv_heads = k_cache.shape[1]
     group = q_heads // kv_heads
     k_desc, v_desc = page_descriptors(k_cache, v_cache)
-    out = torch.empty_like(q)
     grid = max(1, min(num_programs, batch * kv_heads * chunks))
     _warp_attention_kernel[(grid,)](
         q, k_desc, v_desc, block_table, seq_lens, out, part_ml, part_acc, batch, kv_heads, block_table.shape[1],
