@@ -58,5 +58,4 @@ def side_by_side():
 t_seq = event_ms(sequential, 10, warm_s=0.3)
 t_part = event_ms(side_by_side, 10, warm_s=0.3)
 print(f"attention kernel {kernel}: one after the other: {t_seq:.3f} ms; side by side on {gemm_sms} + "
-      f"{attn_part.num_sms} SMs: {t_part:.3f} ms "
-      f"({t_part / t_seq:.2f}x)")
+      f"{attn_part.num_sms} SMs: {t_part:.3f} ms ({t_part / t_seq:.2f}x)")
