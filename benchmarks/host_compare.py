@@ -1,50 +1,66 @@
-"""Host time per call of small cached GEMMs, smgemm against torch in the same process (GPU): run it once per tree
-to compare, alternating processes, since a process's torch time varies with the machine's state (13-20 us for
-torch.matmul on the H200 host). Each figure is the median of five timings of 1000 calls.
+"""Host time per call of small cached GEMMs, smgemm against torch in the same process (GPU). The calls run in
+interleaved batches of 200 over 40 rounds, so that each ratio compares batches run moments apart: a process's torch
+time varies by a third with the machine's state (12-19 us for torch.matmul on the H200 host). Prints each call's
+median us and the median of the per-round ratios to torch. Run it once per tree, alternating processes, to compare
+trees:
 
     PYTHONPATH=src python benchmarks/host_compare.py NAME
 """
 
 import argparse
 import statistics
+import time
 
 import torch
 
 import smgemm
-from smgemm.tools.timing import host_us_per_call as per_call
+
+
+def per_call_us(fn, calls: int = 200) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", help="a label for this tree's line")
-    name = p.parse_args().name
+    p.add_argument("name", help="a label for this tree's lines")
+    p.add_argument("--rounds", type=int, default=40)
+    args = p.parse_args()
     a = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.nn.Parameter(torch.randn(64, 64, device="cuda", dtype=torch.bfloat16))
     bias = torch.randn(64, device="cuda", dtype=torch.bfloat16)
-    c = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
-    mx = smgemm.quantize_mxfp4(torch.randn(64, 64, device="cuda"))
+    x = torch.randn(1, 64, device="cuda", dtype=torch.bfloat16)
     q = smgemm.nn.MXFP4Linear.from_linear(torch.nn.Linear(64, 64, device="cuda", dtype=torch.bfloat16))
-
-    def no_grad(f):  # the Parameters require grad: inference calls run under no_grad (or inference_mode)
-        def call():
-            with torch.no_grad():
-                return f()
-        return call
-
-    calls = {"smgemm.matmul": lambda: smgemm.matmul(a, b), "torch.matmul": lambda: torch.matmul(a, b),
-             "smgemm.linear bias": lambda: smgemm.linear(a, w, bias),
-             "F.linear bias": lambda: torch.nn.functional.linear(a, w, bias),
-             "smgemm.addmm": lambda: smgemm.addmm(c, a, b), "torch.addmm": lambda: torch.addmm(c, a, b),
-             "smgemm.linear mxfp4": lambda: smgemm.linear(a, mx),
-             "no_grad smgemm.linear bias": no_grad(lambda: smgemm.linear(a, w, bias)),
-             "no_grad F.linear bias": no_grad(lambda: torch.nn.functional.linear(a, w, bias)),
-             "no_grad MXFP4Linear": no_grad(lambda: q(a))}
-    times = {k: [] for k in calls}
-    for _ in range(5):
-        for k, f in calls.items():
-            times[k].append(per_call(f, 1000))
-    print(name, " ".join(f"{k}={statistics.median(v):.2f}" for k, v in times.items()))
+    linear = torch.nn.functional.linear
+    # (smgemm's call, torch's peer or None); the Parameter requires grad, so the no_grad pair is what inference runs
+    pairs = {"matmul": (lambda: smgemm.matmul(a, b), lambda: torch.matmul(a, b)),
+             "addmm": (lambda: smgemm.addmm(c, a, b), lambda: torch.addmm(c, a, b)),
+             "linear, recorded by autograd": (lambda: smgemm.linear(a, w, bias), lambda: linear(a, w, bias)),
+             "no_grad linear": (lambda: smgemm.linear(a, w.detach(), bias), lambda: linear(a, w.detach(), bias)),
+             "no_grad MXFP4Linear, 1 row": (lambda: q(x), None)}
+    times = {name: ([], []) for name in pairs}
+    with torch.no_grad():
+        for ours, theirs in pairs.values():
+            for f in (ours, theirs or ours):
+                for _ in range(50):
+                    f()
+    for _ in range(args.rounds):
+        for name, (ours, theirs) in pairs.items():
+            with torch.no_grad() if name.startswith("no_grad") else torch.enable_grad():
+                times[name][0].append(per_call_us(ours))
+                if theirs is not None:
+                    times[name][1].append(per_call_us(theirs))
+        torch.cuda.synchronize()
+    for name, (ours, theirs) in times.items():
+        line = f"{args.name} {name}: smgemm {statistics.median(ours):.2f} us"
+        if theirs:
+            ratio = statistics.median(p / q for p, q in zip(ours, theirs))
+            line += f", torch {statistics.median(theirs):.2f} us, ratio {ratio:.3f}"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,72 @@ def test_operations_repeat_through_the_remembered_call(checks, device):
                                rtol=2e-3, atol=2e-3)
 
 
+def test_remembered_eager_calls_still_meet_modes_transforms_and_bad_knobs(checks, device):
+    """The eager repeat (`ops._eager_repeat`) runs before any check: a call remembered outside a torch mode, a
+    functorch transform or autocast still meets them inside (FlopCounterMode counts it, vmap batches it, autocast
+    casts it), and knobs or scalars the checks refuse are refused after the same call with valid ones is remembered.
+    A 3-D product remembered by bmm is not addmm's (torch.addmm takes 2-D operands only)."""
+    from torch.func import vmap
+    from torch.utils.flop_counter import FlopCounterMode
+
+    a, w = randn((16, 32), torch.float32, device), randn((8, 32), torch.float32, device)
+    bias = randn((8,), torch.float32, device)
+    calls = {"matmul": lambda: smgemm.matmul(a, w.t(), num_sms=1), "addmm": lambda: smgemm.addmm(bias, a, w.t()),
+             "linear": lambda: smgemm.linear(a, w, bias)}
+    for name, call in calls.items():
+        for _ in range(2):
+            call()
+        with FlopCounterMode(display=False) as counter:
+            call()
+        assert counter.get_total_flops() == 2 * 16 * 32 * 8, name
+        with torch.autocast(torch.device(device).type, dtype=torch.float16):
+            assert call().dtype == torch.float16, name
+    # matmul's and addmm's calls in fp32 and in autocast's fp16, each checked once (linear's repeat addmm's)
+    assert len(checks) == 4
+    for _ in range(2):  # N-D a folds into the 2-D call's key
+        assert_gemm_close(smgemm.matmul(a.reshape(2, 8, 32), w.t(), num_sms=1).reshape(16, 8), a, w.t())
+    assert len(checks) == 4
+    rows = vmap(lambda row: smgemm.matmul(row, w.t(), num_sms=1))(a.unsqueeze(1))
+    assert_gemm_close(rows.squeeze(1), a, w.t())
+    for _ in range(2):
+        with pytest.raises(ValueError, match="num_sms must be None or an int"):
+            smgemm.matmul(a, w.t(), num_sms=True)  # equal to 1 as a dict key
+        with pytest.raises(ValueError, match="schedule must be one of"):
+            smgemm.matmul(a, w.t(), num_sms=1, schedule="fast")
+        with pytest.raises(TypeError, match="alpha must be a real number"):
+            smgemm.addmm(bias, a, w.t(), alpha="1")
+    a3, b3 = randn((2, 16, 32), torch.float32, device), randn((2, 32, 8), torch.float32, device)
+    assert_gemm_close(smgemm.bmm(a3, b3)[1], a3[1], b3[1])
+    assert_gemm_close(smgemm.matmul(a3, b3)[1], a3[1], b3[1])  # torch.matmul's batched product: bmm's
+    with pytest.raises(ValueError, match="2-D"):
+        smgemm.addmm(randn((2, 16, 8), torch.float32, device), a3, b3)
+
+
+def test_mxfp4_linear_repeats_through_the_eager_step(checks, device, monkeypatch):
+    """linear with an MXFP4 weight takes the same eager repeat as dense weights (`ops._eager_repeat`: no `route`, no
+    checks), 2-D and N-D x, with a bias; a mode still sees a remembered call."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import smgemm.ops as ops
+
+    routed, route = [], ops.route
+    monkeypatch.setattr(ops, "route", lambda *tensors: (routed.append(1), route(*tensors))[1])
+    w = smgemm.quantize_mxfp4(randn((40, 64), torch.bfloat16, device))
+    bias = randn((40,), torch.bfloat16, device)
+    dense = w.dequantize(torch.float32).t()
+    for shape in ((3, 64), (2, 3, 64)):
+        for _ in range(3):
+            x = randn(shape, torch.bfloat16, device)
+            y = smgemm.linear(x, w, bias)
+            assert y.shape == (*shape[:-1], 40)
+            assert_gemm_close(y.reshape(3 * (len(shape) - 1), 40), x.reshape(-1, 64).float(), dense, beta=1.0,
+                              c=bias)
+    assert len(checks) == len(routed) == 2  # [3, 64] and [2, 3, 64] -> [6, 64]
+    with FlopCounterMode(display=False) as counter:
+        smgemm.linear(x, w, bias)
+    assert counter.get_total_flops() == 2 * 6 * 64 * 40
+
+
 def test_a_repeat_launch_passes_what_the_full_launch_passes(monkeypatch, device):
     """`_launch.Repeat` (the launch of a remembered call on a GPU) gives the launcher the arguments `launch` gives it:
     the tensors' addresses in `tensor_args`' order, the ints, the epoch (a Stream-K launch's own; without Stream-K,

@@ -132,7 +132,7 @@ def _finish(key: tuple | None, plan: Plan, ops: Operands, ints: tuple, meta: dic
 # output are remembered (an `out` given by the caller needs its overlap checks on every call). Bounded.
 _SEEN_CALLS: dict[tuple, tuple] = {}
 _SEEN_CALLS_MAX = 4096
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # dense operands whose views are plain tensors
+PLAIN = (torch.Tensor, torch.nn.Parameter)  # dense operands whose views are plain tensors
 
 
 def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple | None:
@@ -146,7 +146,7 @@ def _tensor_signature(t: torch.Tensor | MXFP4Tensor | None) -> tuple | None:
 
 
 def _dense_signature(entry, a, b, c, beta, out_dtype, schedule, num_sms, b_t: bool = False) -> tuple | None:
-    """`_signature` of a call of plain tensors a and b (`_PLAIN`) without scales or a config: one flat tuple, built
+    """`_signature` of a call of plain tensors a and b (`PLAIN`) without scales or a config: one flat tuple, built
     and hashed on every eager call."""
     if a.is_neg() or b.is_neg():  # resolved (copied) on every call: never a repeat call
         return None
@@ -179,8 +179,8 @@ def _signature(entry, a, b, c, beta, out_dtype, scale_a, scale_b, schedule, num_
     """The key of a call of `entry` ("gemm", "gemm_mxfp4") in _SEEN_CALLS, or None when an argument is not
     what a key can describe. Absent tensors cost no call: this runs on every eager call."""
     try:
-        if scale_a is None and scale_b is None and config is None and type(a) in _PLAIN:
-            if type(b) in _PLAIN:
+        if scale_a is None and scale_b is None and config is None and type(a) in PLAIN:
+            if type(b) in PLAIN:
                 return _dense_signature(entry, a, b, c, beta, out_dtype, schedule, num_sms)
             if type(b) is MXFP4Tensor:
                 return _mx_weight_signature(entry, a, b, c, beta, out_dtype, schedule, num_sms)
@@ -222,9 +222,9 @@ def repeat_call(entry, a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedu
 
 
 def repeat_dense(a, b, c, alpha, beta, out_dtype, schedule, num_sms, b_t: bool = False) -> torch.Tensor | None:
-    """`repeat_call` of a dense product of plain tensors (`_PLAIN`; `c` a plain tensor or None, no scales), in one
+    """`repeat_call` of a dense product of plain tensors (`PLAIN`; `c` a plain tensor or None, no scales), in one
     step: the eager path of matmul, mm, addmm and linear (`b_t`: the call's B is `b.t()`). None for any other call."""
-    if alpha == 0 or type(a) not in _PLAIN or type(b) not in _PLAIN:
+    if alpha == 0 or type(a) not in PLAIN or type(b) not in PLAIN:
         return None
     try:
         key = _dense_signature("gemm", a, b, c, beta, out_dtype, schedule, num_sms, b_t)

@@ -378,7 +378,11 @@ class Launcher:
         """Launch with `args` in the kernel's order, tensors given as their device addresses (`addresses`); the
         caller keeps the tensors alive until this returns (the launch is then queued on `stream`)."""
         hooks = knobs.runtime
-        if self.c_launch is None or _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
+        # Whether a launch hook does anything: Triton 3.6 keeps an always-present chain of hooks, empty unless a
+        # profiler adds one; a plain callable counts as active (inline: this runs once a launch)
+        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+        if self.c_launch is None or (enter is not None and getattr(enter, "calls", True)) or (
+                leave is not None and getattr(leave, "calls", True)):
             token = _allocation._allocator.set(_scratch)
             try:
                 self.runner(*args, stream=stream)
@@ -463,12 +467,6 @@ def descriptor_launch(launch) -> tuple[Callable, tuple, Callable] | None:
     else:
         return None
     return inner, tuple(zip(positions, metas)), encode
-
-
-def _hooked(hook) -> bool:
-    """Whether a Triton launch hook does anything (Triton 3.6 keeps an always-present chain of hooks, empty unless a
-    profiler adds one; a plain callable counts as active)."""
-    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def run_cached(kernel, grid: int, args: tuple, meta: dict, device_index: int, key: tuple | None,

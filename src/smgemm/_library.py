@@ -25,7 +25,7 @@ import torch
 from torch.utils.flop_counter import register_flop_formula
 
 from ._checks import check_batched_dims, check_bmm, check_gemm, check_knobs, check_mxfp4
-from ._gemm import gemm, gemm_mxfp4
+from ._gemm import PLAIN, gemm, gemm_mxfp4
 from .mxfp4 import MXFP4Tensor
 
 _FP8 = torch.float8_e4m3fn
@@ -116,6 +116,25 @@ def route(*tensors) -> int:
             register_dtensor_rules()
             return OP
     return route
+
+
+def plain_kernel(a, b, c) -> bool:
+    """Whether an eager call of plain tensors a, b and c (b and c may be None; `_gemm.PLAIN`) runs the kernel
+    directly with nothing to cast: `route` would say KERNEL and autocast is off. Meta tensors are not looked at: a
+    meta call is never remembered (`_gemm._SEEN_CALLS` keys hold the device), so a key of one finds nothing. The
+    first step of every eager call of the operations: type checks, then the C queries `route` makes."""
+    kinds = PLAIN
+    if type(a) not in kinds or (b is not None and type(b) not in kinds) or (c is not None and type(c) not in kinds):
+        return False
+    if torch.compiler.is_compiling():  # before the C queries, which Dynamo cannot trace
+        return False
+    queries = torch._C
+    if queries._len_torch_dispatch_stack() or queries._is_torch_function_mode_enabled() or \
+            queries._is_any_autocast_enabled() or (_FUNCTORCH is not None and
+                                                   _FUNCTORCH.maybe_current_level() is not None):
+        return False
+    return not (queries.is_grad_enabled() and (a.requires_grad or (b is not None and b.requires_grad) or
+                                               (c is not None and c.requires_grad)))
 
 
 def _eager_autograd(kernel, setup_context, backward):

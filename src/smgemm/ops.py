@@ -21,8 +21,8 @@ import torch
 
 from . import _library
 from ._checks import check_batched_dims, check_bmm, check_call, check_gemm, check_knobs, check_mxfp4
-from ._gemm import gemm, gemm_mxfp4, repeat_call, repeat_dense
-from ._library import AUTOGRAD, KERNEL, OP, route
+from ._gemm import PLAIN, gemm, gemm_mxfp4, repeat_call, repeat_dense
+from ._library import AUTOGRAD, KERNEL, OP, plain_kernel, route
 from .mxfp4 import MXFP4Tensor
 
 
@@ -76,6 +76,37 @@ def _resolve(schedule: str | None, num_sms: int | None) -> tuple[str, int | None
     if num_sms is None:
         num_sms = _DEFAULTS.num_sms
     return schedule, num_sms if num_sms is None or num_sms <= _MAX_BUDGET else _MAX_BUDGET
+
+
+def _eager_repeat(a, b, c, alpha, beta, schedule, num_sms, b_t: bool = False) -> torch.Tensor | None:
+    """The output of an eager call of plain tensors (`PLAIN`; `b` may be an MXFP4 weight) without out, out_dtype or
+    scales that repeats a remembered signature, launched at once (`repeat_dense`, `repeat_call`); None for any other
+    call, which then takes the full path (its checks and errors, in their order: nothing here raises). The first step
+    of matmul, addmm and linear: one pass over what `route` and `_autocast` look at (`plain_kernel`), the knobs
+    resolved as `_resolve` does, then a key and a launch. A key is remembered only after every check passed, so knobs
+    of other types than the checks accept (a bool num_sms, a str subclass) take the full path here, to be refused
+    there."""
+    mx = type(b) is MXFP4Tensor
+    if not plain_kernel(a, None if mx else b, c):
+        return None
+    if schedule is None:
+        schedule = _DEFAULTS.schedule if _DEFAULTS.schedule is not None else "auto"
+    elif type(schedule) is not str:
+        return None
+    if num_sms is None:
+        num_sms = _DEFAULTS.num_sms
+    elif type(num_sms) is not int:
+        return None
+    if num_sms is not None and num_sms > _MAX_BUDGET:
+        num_sms = _MAX_BUDGET
+    if type(alpha) not in _SCALARS or type(beta) not in _SCALARS:
+        return None
+    if mx:
+        return repeat_call("gemm_mxfp4", a, b, c, alpha, beta, None, None, None, schedule, num_sms)
+    return repeat_dense(a, b, c, alpha, beta, None, schedule, num_sms, b_t)
+
+
+_SCALARS = (float, int)
 
 
 def _tracked(*tensors) -> bool:
@@ -241,6 +272,11 @@ def matmul(
 
         c = smgemm.matmul(a, b.t(), num_sms=66)  # uses at most 66 SMs
     """
+    if out is None and out_dtype is None and scale_a is None and scale_b is None and type(a) in PLAIN and \
+            a.dim() == 2:  # 2-D a: a remembered key then is a 2-D product's (a batched one has 3-D a and b)
+        y = _eager_repeat(a, b, None, 1.0, 1.0, schedule, num_sms)
+        if y is not None:
+            return y
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (a.dim() != 2 or b.dim() != 2):
         return _matmul_nd(a, b, out=out, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, schedule=schedule,
                           num_sms=num_sms)
@@ -265,7 +301,12 @@ def _matmul_nd(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None, sc
     lead, (m, k) = a2.shape[:-2], a2.shape[-2:]
     if isinstance(scale_a, torch.Tensor) and scale_a.numel() > 1:
         scale_a = scale_a.reshape(-1, 1)  # one per row of a, batch dims included
-    y = _run(a2.reshape(math.prod(lead) * m, k), b2, scale_a=scale_a, **kwargs)
+    a2 = a2.reshape(math.prod(lead) * m, k)
+    y = None
+    if scale_a is None and kwargs["scale_b"] is None and kwargs["out_dtype"] is None:
+        y = _eager_repeat(a2, b2, None, 1.0, 1.0, kwargs["schedule"], kwargs["num_sms"])
+    if y is None:
+        y = _run(a2, b2, scale_a=scale_a, **kwargs)
     y = y.reshape(*lead, m, b2.shape[1])
     if a.dim() == 1:
         y = y.squeeze(-2)
@@ -378,34 +419,32 @@ def addmm(
     `out=input` updates a [M, N] `input` in place (C = alpha * A @ B + beta * C). With beta == 0 `input` is not
     read, so NaN in it does not propagate.
     """
+    if out is None and out_dtype is None and scale_a is None and scale_b is None and type(a) in PLAIN \
+            and a.dim() == 2:  # 2-D a: a remembered key then is a 2-D product's (a batched one has 3-D a and b)
+        y = _eager_repeat(a, b, input, alpha, beta, schedule, num_sms)
+        if y is not None:
+            return y
+    for name, t, dims in (("a", a, "(M, K)"), ("b", b, "(K, N)")):
+        if isinstance(t, torch.Tensor) and t.dim() != 2:  # torch.addmm's rule: a batched product is baddbmm's
+            raise ValueError(f"{name} must be 2-D {dims} for addmm (smgemm.baddbmm for batches), got shape "
+                             f"{tuple(t.shape)}")
     return _run(a, b, c=input, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, scale_a=scale_a,
                 scale_b=scale_b, schedule=schedule, num_sms=num_sms)
 
 
-def _repeat_linear(x, weight, bias, out_dtype, schedule, num_sms) -> torch.Tensor | None:
-    """linear's output where the call repeats a remembered one (dense x [..., K] and weight [N, K], a bias [N] or
-    none), launched without making the weight's transposed view nor checking again; None for any other call, which
-    then runs in full (with its checks and errors, in their order: nothing here raises)."""
-    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)) or (
-            bias is not None and not isinstance(bias, torch.Tensor)):
+def _repeat_linear(x, weight, bias, schedule, num_sms) -> torch.Tensor | None:
+    """linear's output where the call repeats a remembered one (dense x [..., K] and weight [N, K], dense or MXFP4, a
+    bias [N] or none, no out_dtype or scales), launched without making the weight's transposed view nor checking
+    again (`_eager_repeat`); None for any other call."""
+    if type(x) not in PLAIN or (type(weight) is not MXFP4Tensor and (type(weight) not in PLAIN or weight.dim() != 2)):
         return None
     dims = x.dim()
-    if dims < 2 or weight.dim() != 2 or (bias is not None and bias.dim() != 1):
-        return None
-    # A call autograd records is never a repeat: `_tracked` first, so that such a call (every training step's)
-    # queries `route` once, in `_run`.
-    if _tracked(x, weight, bias) or _via_dispatcher(x, weight, bias) or torch._C._is_any_autocast_enabled():
-        return None
-    try:
-        check_call(schedule, num_sms, 1.0, 1.0, out_dtype)
-    except (TypeError, ValueError):
-        return None
-    schedule, num_sms = _resolve(schedule, num_sms)
     if dims == 2:
-        return repeat_dense(x, weight, bias, 1.0, 1.0, out_dtype, schedule, num_sms, b_t=True)
+        return _eager_repeat(x, weight, bias, 1.0, 1.0, schedule, num_sms, b_t=True)
+    if dims < 2 or (bias is not None and (type(bias) not in PLAIN or bias.dim() != 1)):
+        return None
     lead = x.shape[:-1]
-    y = repeat_dense(x.reshape(math.prod(lead), x.shape[-1]), weight, bias, 1.0, 1.0, out_dtype, schedule, num_sms,
-                     b_t=True)
+    y = _eager_repeat(x.reshape(math.prod(lead), x.shape[-1]), weight, bias, 1.0, 1.0, schedule, num_sms, b_t=True)
     return None if y is None else y.reshape(*lead, weight.shape[0])
 
 
@@ -426,8 +465,8 @@ def linear(
     feature ([N] or [N, 1]). `weight` may be an `MXFP4Tensor` (`smgemm.quantize_mxfp4`), with `x` bf16 / fp16 or
     also an MXFP4Tensor; the result is then bf16 (fp16 for fp16 x) unless `out_dtype` says otherwise.
     """
-    if scale_a is None and scale_b is None:
-        y = _repeat_linear(x, weight, bias, out_dtype, schedule, num_sms)
+    if scale_a is None and scale_b is None and out_dtype is None:
+        y = _repeat_linear(x, weight, bias, schedule, num_sms)
         if y is not None:
             return y
     if isinstance(weight, MXFP4Tensor):
