@@ -129,12 +129,12 @@ def plain_kernel(a, b, c) -> bool:
     if torch.compiler.is_compiling():  # before the C queries, which Dynamo cannot trace
         return False
     queries = torch._C
-    if queries._len_torch_dispatch_stack() or queries._is_torch_function_mode_enabled() or \
-            queries._is_any_autocast_enabled() or (_FUNCTORCH is not None and
-                                                   _FUNCTORCH.maybe_current_level() is not None):
+    if queries.is_grad_enabled() and (a.requires_grad or (b is not None and b.requires_grad) or
+                                      (c is not None and c.requires_grad)):  # first: every training step's call
         return False
-    return not (queries.is_grad_enabled() and (a.requires_grad or (b is not None and b.requires_grad) or
-                                               (c is not None and c.requires_grad)))
+    return not (queries._len_torch_dispatch_stack() or queries._is_torch_function_mode_enabled() or
+                queries._is_any_autocast_enabled() or (_FUNCTORCH is not None and
+                                                       _FUNCTORCH.maybe_current_level() is not None))
 
 
 def _eager_autograd(kernel, setup_context, backward):
