@@ -148,17 +148,21 @@ def _merge(m, l_sum, acc):
 
 
 @triton.jit
-def _chunks_kernel(part_ml_ptr, part_acc_ptr, out_ptr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, CHUNKS: tl.constexpr):
-    """out of one (sequence, KV head) from its CHUNKS chunks' states."""
-    pair = tl.program_id(0)  # b * kv_heads + h
-    offs_c = pair * CHUNKS + tl.arange(0, CHUNKS)
+def _chunks_kernel(part_ml_ptr, part_acc_ptr, out_ptr, first_pair, chunks, GROUP: tl.constexpr,
+                   GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, CHUNKS_PAD: tl.constexpr):
+    """out of one (sequence, KV head), pair first_pair + program id, from its `chunks` chunks' states (the program's
+    `chunks` consecutive states from the start of the part buffers)."""
+    pair = first_pair + tl.program_id(0)  # b * kv_heads + h
+    offs_c = tl.program_id(0) * chunks + tl.arange(0, CHUNKS_PAD)
+    ok = tl.arange(0, CHUNKS_PAD) < chunks
     offs_g = tl.arange(0, GROUP_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
-    m = tl.load(part_ml_ptr + offs_c[:, None] * 2 * GROUP_PAD + offs_g[None, :])
-    l_sum = tl.load(part_ml_ptr + offs_c[:, None] * 2 * GROUP_PAD + GROUP_PAD + offs_g[None, :])
+    m = tl.load(part_ml_ptr + offs_c[:, None] * 2 * GROUP_PAD + offs_g[None, :], mask=ok[:, None],
+                other=float("-inf"))  # a padding state weighs 0
+    l_sum = tl.load(part_ml_ptr + offs_c[:, None] * 2 * GROUP_PAD + GROUP_PAD + offs_g[None, :], mask=ok[:, None],
+                    other=0.0)
     acc = tl.load(part_acc_ptr + (offs_c[:, None, None] * GROUP_PAD + offs_g[None, :, None]) * HEAD_DIM +
-                  offs_d[None, None, :])
+                  offs_d[None, None, :], mask=ok[:, None, None], other=0.0)
     _, l_all, acc_all = _merge(m, l_sum, acc)
     p_o = out_ptr + (pair * GROUP + offs_g)[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(p_o, (acc_all / l_all[:, None]).to(tl.bfloat16), mask=(offs_g < GROUP)[:, None])
@@ -223,22 +227,30 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if num_programs is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
         num_programs = (fast.PROGRAMS_PER_SM if gluon else 2) * sms
-    if chunks is None:  # chunks only where there are fewer items than programs: each item refills the pipeline
-        chunks = 1
-        while batch * kv_heads * chunks < num_programs and block_table.shape[1] >= 16 * chunks:
-            chunks *= 2
-    if chunks < 1 or chunks & (chunks - 1):
+    pairs = batch * kv_heads
+    if chunks is not None and (chunks < 1 or chunks & (chunks - 1)):
         raise ValueError(f"chunks must be a power of two, got {chunks}")
-    items = batch * kv_heads * chunks
-    grid = max(1, min(num_programs, items))
+    if chunks is not None:  # every pair in `chunks` chunks
+        whole, tail = 0, chunks
+    elif gluon:
+        whole, tail = tail_chunks(pairs, num_programs, block_table.shape[1])
+    else:  # chunks only where there are fewer pairs than programs: each chunk refills the pipeline
+        whole, tail = 0, 1
+        while pairs * tail < num_programs and block_table.shape[1] >= 16 * tail:
+            tail *= 2
+    if tail == 1:
+        whole = pairs
+    split = (pairs - whole) * tail  # chunks whose states the merge kernel reads
     part_ml = part_acc = None
-    if chunks > 1:
-        part_ml = torch.empty(items, 2, group_pad, dtype=torch.float32, device=q.device)
-        part_acc = torch.empty(items, group_pad, head_dim, dtype=torch.float32, device=q.device)
+    if split:
+        part_ml = torch.empty(split, 2, group_pad, dtype=torch.float32, device=q.device)
+        part_acc = torch.empty(split, group_pad, head_dim, dtype=torch.float32, device=q.device)
     if gluon:
-        fast.decode_attention(q, k_cache, v_cache, block_table, seq_lens, out, grid, stages or fast.STAGES, chunks,
-                              part_ml, part_acc)
+        fast.decode_attention(q, k_cache, v_cache, block_table, seq_lens, out, num_programs, stages or fast.STAGES,
+                              whole, tail, part_ml, part_acc)
     else:
+        chunks = tail  # the tl kernel splits every pair alike (whole is 0 or all of them)
+        grid = max(1, min(num_programs, pairs * chunks))
         interpreter = q.device.type == "cpu"
         token = _allocation._allocator.set(_scratch)  # device-built tensor descriptors live in a global scratch
         try:
@@ -251,10 +263,21 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             )
         finally:
             _allocation._allocator.reset(token)
-    if chunks > 1:
-        _chunks_kernel[(batch * kv_heads,)](part_ml, part_acc, out, GROUP=group, GROUP_PAD=group_pad,
-                                            HEAD_DIM=head_dim, CHUNKS=chunks, num_warps=4)
+    if split:
+        _chunks_kernel[(pairs - whole,)](part_ml, part_acc, out, whole, tail, GROUP=group, GROUP_PAD=group_pad,
+                                         HEAD_DIM=head_dim, CHUNKS_PAD=triton.next_power_of_2(tail), num_warps=4)
     return out
+
+
+def tail_chunks(pairs: int, programs: int, max_pages: int) -> tuple[int, int]:
+    """(whole, tail) for the Gluon kernel: the pairs of the grid's whole rounds run whole, and the rest, fewer than
+    the programs, as `tail` chunks each, as many as one more round holds, so that the last round takes a `tail`-th of a
+    pair's time instead of a whole one (the way Stream-K splits a GEMM's last wave); (pairs, 1) where chunks would not
+    halve it. At least 8 pages a chunk (each chunk refills the pipeline and is merged by a second kernel)."""
+    left = pairs % programs
+    tail = programs // left if left else 1
+    tail = min(tail, max(1, max_pages // 8))
+    return (pairs, 1) if tail < 2 else (pairs - left, tail)
 
 
 def reference_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,

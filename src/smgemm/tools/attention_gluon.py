@@ -57,14 +57,14 @@ def _issue(k_desc, v_desc, k_smem, v_smem, bars, page, ok, slot, kv_heads, h, PA
 
 @gluon.jit
 def _warp_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr, part_ml_ptr, part_acc_ptr,
-                           batch, kv_heads, max_pages, scale_log2, num_programs,
+                           kv_heads, max_pages, scale_log2, num_programs, whole, tail, units,
                            GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE: gl.constexpr,
-                           STAGES: gl.constexpr, CHUNKS: gl.constexpr, num_warps: gl.constexpr):
+                           STAGES: gl.constexpr, num_warps: gl.constexpr):
     """Each warp takes its own PAGE / num_warps tokens of every page and keeps its own running softmax (merged once an
     item), on mma.sync with the GQA group as the 8-wide side: S^T = K Q^T, O^T += V^T P^T. A page's K and V go to
-    registers as soon as it lands, and its slot is refilled before they are computed on. An item is one of CHUNKS
-    chunks of a (sequence, KV head)'s pages; with more than one, its state goes to part_ml / part_acc (the layout of
-    `smgemm.tools.attention._chunks_kernel`, which merges them)."""
+    registers as soon as it lands, and its slot is refilled before they are computed on. The first `whole`
+    (sequence, KV head) pairs are one work unit each; every later pair is `tail` units, chunks of its pages, whose
+    states go to part_ml / part_acc (the layout of `smgemm.tools.attention._chunks_kernel`, which merges them)."""
     SUB: gl.constexpr = PAGE // num_warps
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1, 1],
                                                   instr_shape=[1, 16, 8])
@@ -94,14 +94,17 @@ def _warp_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr, 
     offs_gs = gl.arange(0, GROUP_PAD, layout=gl.SliceLayout(0, state))
     zero_s = gl.zeros([num_warps, SUB, GROUP_PAD], gl.float32, layout=mma)
     it = 0
-    for item in range(gl.program_id(0), batch * kv_heads * CHUNKS, num_programs):
-        chunk = item % CHUNKS
-        b = item // CHUNKS // kv_heads
-        h = item // CHUNKS % kv_heads
+    for unit in range(gl.program_id(0), units, num_programs):
+        split = gl.maximum(unit - whole, 0)  # a later pair's units: pair whole + split // tail, chunk split % tail
+        pair = gl.where(unit < whole, unit, whole + split // tail)
+        chunk = gl.where(unit < whole, 0, split % tail)
+        chunks = gl.where(unit < whole, 1, tail)
+        b = pair // kv_heads
+        h = pair % kv_heads
         seq_len = gl.load(lens_ptr + b)
         n_pages = gl.cdiv(seq_len, PAGE)
-        first = chunk * n_pages // CHUNKS  # this chunk's pages: [first, last)
-        last = (chunk + 1) * n_pages // CHUNKS
+        first = chunk * n_pages // chunks  # this chunk's pages: [first, last)
+        last = (chunk + 1) * n_pages // chunks
         row_base = b * max_pages
         for j in gl.static_range(STAGES):  # the first pages' copies before anything else of the item
             page = gl.load(table_ptr + row_base + gl.maximum(gl.minimum(first + j, last - 1), 0))
@@ -143,14 +146,14 @@ def _warp_attention_kernel(q_ptr, k_desc, v_desc, table_ptr, lens_ptr, out_ptr, 
         gl.thread_barrier()
         o_sum = gl.sum(o_s.load(merged), axis=0)
         l_sum = gl.sum(l_i * w, axis=0)
-        if CHUNKS == 1:
+        if unit < whole:
             o_sum = o_sum / gl.convert_layout(l_sum, gl.SliceLayout(0, outs))[None, :]
             gl.store(out_ptr + (q_row0 + offs_g)[None, :] * HEAD_DIM + offs_d[:, None], o_sum.to(gl.bfloat16),
                      mask=(offs_g < GROUP)[None, :])
         else:  # this chunk's state (max, sum, weighted values), merged with the others' by _chunks_kernel
-            gl.store(part_ml_ptr + item * 2 * GROUP_PAD + offs_gs, top)
-            gl.store(part_ml_ptr + item * 2 * GROUP_PAD + GROUP_PAD + offs_gs, l_sum)
-            gl.store(part_acc_ptr + (item * GROUP_PAD + offs_g)[None, :] * HEAD_DIM + offs_d[:, None], o_sum)
+            gl.store(part_ml_ptr + split * 2 * GROUP_PAD + offs_gs, top)
+            gl.store(part_ml_ptr + split * 2 * GROUP_PAD + GROUP_PAD + offs_gs, l_sum)
+            gl.store(part_acc_ptr + (split * GROUP_PAD + offs_g)[None, :] * HEAD_DIM + offs_d[:, None], o_sum)
         gl.thread_barrier()  # every warp is past the K slots' and Q's generic accesses ...
         fence_async_shared()  # ... and they come before the slots' next copies
     for s in gl.static_range(STAGES):
@@ -175,19 +178,25 @@ def fits(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                      seq_lens: torch.Tensor, out: torch.Tensor, num_programs: int, stages: int = STAGES,
-                     chunks: int = 1, part_ml: torch.Tensor | None = None,
+                     whole: int | None = None, tail: int = 1, part_ml: torch.Tensor | None = None,
                      part_acc: torch.Tensor | None = None) -> torch.Tensor:
     """`smgemm.tools.attention.decode_attention`'s result, into `out` (like q), through `_warp_attention_kernel` on a
-    persistent grid of `num_programs` (operands as there, and `fits`). With `chunks` > 1 the output is left for the
-    caller to merge from part_ml [items, 2, MAX_GROUP] and part_acc [items, MAX_GROUP, head_dim] fp32 (items = batch *
-    kv_heads * chunks)."""
+    persistent grid of at most `num_programs` (operands as there, and `fits`). The first `whole` (sequence, KV head)
+    pairs (default: all) run whole; each later one runs as `tail` chunks, whose states are left for the caller to
+    merge from part_ml [chunks, 2, MAX_GROUP] and part_acc [chunks, MAX_GROUP, head_dim] fp32 (chunks = (pairs -
+    whole) * tail)."""
     batch, q_heads, head_dim = q.shape
     kv_heads = k_cache.shape[1]
     group = q_heads // kv_heads
+    pairs = batch * kv_heads
+    whole = pairs if whole is None else whole
+    units = whole + (pairs - whole) * tail
+    if part_ml is None:  # never written (no pair is split), but typed: the kernel compiles its branch either way
+        part_ml = part_acc = torch.empty(1, dtype=torch.float32, device=q.device)
     k_desc, v_desc = page_descriptors(k_cache, v_cache)
-    grid = max(1, min(num_programs, batch * kv_heads * chunks))
+    grid = max(1, min(num_programs, units))
     _warp_attention_kernel[(grid,)](
-        q, k_desc, v_desc, block_table, seq_lens, out, part_ml, part_acc, batch, kv_heads, block_table.shape[1],
-        math.log2(math.e) / math.sqrt(head_dim), grid, GROUP=group, GROUP_PAD=MAX_GROUP, HEAD_DIM=head_dim,
-        PAGE=PAGE, STAGES=stages, CHUNKS=chunks, num_warps=WARPS)
+        q, k_desc, v_desc, block_table, seq_lens, out, part_ml, part_acc, kv_heads, block_table.shape[1],
+        math.log2(math.e) / math.sqrt(head_dim), grid, whole, tail, units, GROUP=group, GROUP_PAD=MAX_GROUP,
+        HEAD_DIM=head_dim, PAGE=PAGE, STAGES=stages, num_warps=WARPS)
     return out
