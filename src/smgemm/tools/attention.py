@@ -35,15 +35,17 @@ registers as each page lands and its slot is refilled at once, and it pulled 2.8
 with three programs an SM, where this kernel pulls 2.18 and 4.10 in the same run
 (`benchmarks/sweep_attention_gluon.py --pipe warps`, 8ac521e). The same attention on one warpgroup's wgmma chain a
 page (that script's other loops) was level with this kernel: 2.20 TB/s from 24 SMs with two programs an SM.
-Sequences are split into chunks (`chunks`, merged by a second kernel) only where there are fewer items than
-programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36 SMs,
-4.10 against 4.41 on the whole device), since each item refills the pipeline. That holds for the Gluon kernel too,
-even where whole items leave programs idle for the grid's last round (512 items on 72 programs from 24 SMs: 64 of
-them idle for one item's time): chunks that fill the rounds to 95-98% pulled 2.73-2.77 TB/s from 24 SMs against
-2.83-2.85 whole, 3.85-4.02 from 48 against 4.24-4.29, 4.16-4.32 on the whole device against 4.31-4.51
-(`benchmarks/sweep_attention_gluon.py --pipe warps --configs 3x2 --chunks auto,1` with a one-off default that chose
-4 or 8 chunks, two runs on the tree of 5443d32 with this kernel's chunks), while 504 or 432 items, whole rounds of
-72, pulled 3.06-3.07 TB/s from 24 SMs (`--batch 63`, `--batch 54`, f9a57e7).
+The `tl` kernel splits sequences into chunks (`chunks`, merged by a second kernel) only where there are fewer items
+than programs: with enough items they were slower (`benchmarks/sweep_attention.py`: 2.98 against 3.12 TB/s from 36
+SMs, 4.10 against 4.41 on the whole device), since each chunk refills the pipeline. Chunks of every item were slower
+for the Gluon kernel too (2.73-2.77 TB/s from 24 SMs against 2.83-2.85 whole, `benchmarks/sweep_attention_gluon.py
+--pipe warps --configs 3x2 --chunks auto,1` with a one-off rule of 4 or 8 chunks, 5443d32), while whole items leave
+programs idle for the grid's last round (512 items on 72 programs from 24 SMs: 64 of them idle for one item's time;
+504 items, whole rounds, pulled 3.06-3.07 TB/s, `--batch 63`, f9a57e7). So the Gluon kernel splits only the items of
+the last round (`tail_chunks`), into as many chunks as one more round holds, as Stream-K splits a GEMM's last wave:
+from 24 / 28 SMs it pulled 2.88-2.95 / 3.34-3.35 TB/s against 2.85-2.88 / 3.23-3.25 whole, level from 48 SMs and on
+the whole device (two runs of `--sms 24,28,48 --pipe warps --configs 3x2 --chunks auto,1` at ad85185, on a machine
+that pulls 3.6 TB/s from 48 SMs where others pulled 4.1-4.3).
 
 Layout (vLLM's paged layout, heads before tokens): k_cache and v_cache [pages, kv_heads, page_size, head_dim] bf16
 contiguous; block_table [batch, max_pages] int32 maps a sequence's i-th page to its page in the cache; seq_lens
@@ -194,9 +196,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     reads the operands and the call sets none of the `tl` kernel's own knobs, `warps` and `parts`).
     `stages`: page slots a program (default 3 for `tl`, 2 for Gluon); `warps` split each page's tokens between them,
     `parts` (a power of two) each page into parts of as many tokens an iteration (shorter chains, smaller stages);
-    `chunks` (a power of two) splits each sequence's pages, whose states a second kernel merges (default: 1 where
-    there are as many (sequence, KV head) items as programs, else enough for one item a program, at least 8 pages a
-    chunk).
+    `chunks` (a power of two) splits each sequence's pages, whose states a second kernel merges (default: for the `tl`
+    kernel 1 where there are as many (sequence, KV head) items as programs, else enough for one item a program, at
+    least 8 pages a chunk; for the Gluon kernel only the last round's items, `tail_chunks`).
     bf16 in and out, fp32 softmax and accumulation."""
     batch, q_heads, head_dim = q.shape
     pages, kv_heads, page_size, _ = k_cache.shape

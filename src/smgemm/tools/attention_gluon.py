@@ -2,13 +2,14 @@
 kernel, behind `smgemm.tools.attention.decode_attention` (which keeps its `tl` kernel for other GPUs, other Triton
 versions and the interpreter).
 
-A persistent grid of one-warpgroup programs walks (sequence, KV head) items, or chunks of their pages. Each program
-keeps a ring of `stages` page slots, each filled by two TMA copies (the page's K and V, [page, head_dim]) that signal
-one mbarrier; an item's first copies go out before its queries are read, and each page's table entry is loaded one
-iteration before its copies. Each of the 4 warps owns 16 tokens of every 64-token page: it loads them from the slot
-into registers as the operands of its own mma.sync products, and once every warp has them the slot takes the copies
-of the page `stages` ahead, so all `stages` slots are in flight while the page is computed. Per warp and page, with
-the GQA group (up to 8 query heads) as the products' 8-wide side:
+A persistent grid of one-warpgroup programs walks (sequence, KV head) items, the last round's in chunks of their
+pages (`smgemm.tools.attention.tail_chunks`). Each program keeps a ring of `stages` page slots, each filled by two
+TMA copies (the page's K and V, [page, head_dim]) that signal one mbarrier; an item's first copies go out before its
+queries are read, and each page's table entry is loaded one iteration before its copies. Each of the 4 warps owns 16
+tokens of every 64-token page: it loads them from the slot into registers as the operands of its own mma.sync
+products, and once every warp has them the slot takes the copies of the page `stages` ahead, so all `stages` slots
+are in flight while the page is computed. Per warp and page, with the GQA group (up to 8 query heads) as the
+products' 8-wide side:
 
     S^T [16, 8]  = K [16, head_dim] @ Q^T [head_dim, 8]
     O^T [head_dim, 8] += V^T [head_dim, 16] @ P^T [16, 8]
