@@ -198,6 +198,34 @@ def test_mxfp4_linear_repeats_through_the_eager_step(checks, device, monkeypatch
     assert counter.get_total_flops() == 2 * 6 * 64 * 40
 
 
+def test_bmm_and_baddbmm_repeat_through_the_eager_step(checks, device, monkeypatch):
+    """bmm and baddbmm take the same eager repeat (no `route`, no checks); a mode still sees a remembered call, and
+    a 2-D call of either is refused after a 2-D product of the same operands is remembered."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import smgemm.ops as ops
+
+    routed, route = [], ops.route
+    monkeypatch.setattr(ops, "route", lambda *tensors: (routed.append(1), route(*tensors))[1])
+    c = randn((1, 1, 24), torch.float16, device)
+    for _ in range(3):
+        a, b = randn((3, 16, 32), torch.float16, device), randn((3, 32, 24), torch.float16, device)
+        got = smgemm.bmm(a, b), smgemm.baddbmm(c, a, b, alpha=0.5, beta=2.0)
+        for i in range(3):
+            assert_gemm_close(got[0][i], a[i], b[i])
+            assert_gemm_close(got[1][i], a[i], b[i], alpha=0.5, beta=2.0, c=c[0])
+    assert len(checks) == len(routed) == 2
+    with FlopCounterMode(display=False) as counter:
+        smgemm.bmm(a, b)
+    assert counter.get_total_flops() == 2 * 3 * 16 * 32 * 24
+    smgemm.matmul(a[0], b[0])
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"a must be 3-D \(B, M, K\)"):
+            smgemm.bmm(a[0], b[0])
+        with pytest.raises(ValueError, match=r"a must be 3-D \(B, M, K\)"):
+            smgemm.baddbmm(c[0], a[0], b[0])
+
+
 def test_a_repeat_launch_passes_what_the_full_launch_passes(monkeypatch, device):
     """`_launch.Repeat` (the launch of a remembered call on a GPU) gives the launcher the arguments `launch` gives it:
     the tensors' addresses in `tensor_args`' order, the ints, the epoch (a Stream-K launch's own; without Stream-K,

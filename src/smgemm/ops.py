@@ -82,7 +82,8 @@ def _eager_repeat(a, b, c, alpha, beta, schedule, num_sms, b_t: bool = False) ->
     """The output of an eager call of plain tensors (`PLAIN`; `b` may be an MXFP4 weight) without out, out_dtype or
     scales that repeats a remembered signature, launched at once (`repeat_dense`, `repeat_call`); None for any other
     call, which then takes the full path (its checks and errors, in their order: nothing here raises). The first step
-    of matmul, addmm and linear: one pass over what `route` and `_autocast` look at (`plain_kernel`), the knobs
+    of matmul, addmm, linear, bmm and baddbmm (each asks only where a remembered key of its `a`'s rank is a product of
+    its kind: 2-D, or batched): one pass over what `route` and `_autocast` look at (`plain_kernel`), the knobs
     resolved as `_resolve` does, then a key and a launch. A key is remembered only after every check passed, so knobs
     of other types than the checks accept (a bool num_sms, a str subclass) take the full path here, to be refused
     there."""
@@ -379,6 +380,10 @@ def bmm(
     """`torch.bmm`: a [B, M, K] @ b [B, K, N] -> [B, M, N] (bf16, fp16, fp32), any strides, in one launch whose grid
     obeys `num_sms` across the whole batch: the tiles of all B products share one persistent or Stream-K schedule.
     Differentiable; traced by torch.compile as `torch.ops.smgemm.bmm`."""
+    if out is None and out_dtype is None and type(a) in PLAIN and a.dim() == 3:
+        y = _eager_repeat(a, b, None, 1.0, 1.0, schedule, num_sms)  # a remembered 3-D a: a batched product's
+        if y is not None:
+            return y
     return _run_batched(a, b, out=out, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
 
 
@@ -396,6 +401,10 @@ def baddbmm(
 ) -> torch.Tensor:
     """`torch.baddbmm`: beta * input + alpha * (a @ b), batched as `bmm`; `input` broadcasts to [B, M, N] and is not
     read when beta == 0; `out=input` updates it in place."""
+    if out is None and out_dtype is None and type(a) in PLAIN and a.dim() == 3:
+        y = _eager_repeat(a, b, input, alpha, beta, schedule, num_sms)  # a remembered 3-D a: a batched product's
+        if y is not None:
+            return y
     return _run_batched(a, b, c=input, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, schedule=schedule,
                         num_sms=num_sms)
 
