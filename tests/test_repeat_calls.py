@@ -196,6 +196,12 @@ def test_mxfp4_linear_repeats_through_the_eager_step(checks, device, monkeypatch
     with FlopCounterMode(display=False) as counter:
         smgemm.linear(x, w, bias)
     assert counter.get_total_flops() == 2 * 6 * 64 * 40
+    x = randn((3, 64), torch.bfloat16, device)  # linear's call of these operands is remembered: not matmul's
+    for _ in range(2):
+        with pytest.raises(TypeError, match=r"b must be a torch\.Tensor, got MXFP4Tensor"):
+            smgemm.matmul(x, w)
+        with pytest.raises(TypeError, match=r"b must be a torch\.Tensor, got MXFP4Tensor"):
+            smgemm.addmm(bias, x, w)
 
 
 def test_bmm_and_baddbmm_repeat_through_the_eager_step(checks, device, monkeypatch):

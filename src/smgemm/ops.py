@@ -79,15 +79,15 @@ def _resolve(schedule: str | None, num_sms: int | None) -> tuple[str, int | None
 
 
 def _eager_repeat(a, b, c, alpha, beta, schedule, num_sms, b_t: bool = False) -> torch.Tensor | None:
-    """The output of an eager call of plain tensors (`PLAIN`; `b` may be an MXFP4 weight) without out, out_dtype or
-    scales that repeats a remembered signature, launched at once (`repeat_dense`, `repeat_call`); None for any other
-    call, which then takes the full path (its checks and errors, in their order: nothing here raises). The first step
-    of matmul, addmm, linear, bmm and baddbmm (each asks only where a remembered key of its `a`'s rank is a product of
-    its kind: 2-D, or batched): one pass over what `route` and `_autocast` look at (`plain_kernel`), the knobs
-    resolved as `_resolve` does, then a key and a launch. A key is remembered only after every check passed, so knobs
-    of other types than the checks accept (a bool num_sms, a str subclass) take the full path here, to be refused
-    there."""
-    mx = type(b) is MXFP4Tensor
+    """The output of an eager call of plain tensors (`PLAIN`; linear's `b` may be an MXFP4 weight) without out,
+    out_dtype or scales that repeats a remembered signature, launched at once (`repeat_dense`, `repeat_call`); None
+    for any other call, which then takes the full path (its checks and errors, in their order: nothing here raises).
+    The first step of matmul, addmm, linear, bmm and baddbmm (each asks only where a remembered key of its `a`'s
+    rank is a product of its kind: 2-D, or batched): one pass over what `route` and `_autocast` look at
+    (`plain_kernel`), the knobs resolved as `_resolve` does, then a key and a launch. A key is remembered only after
+    every check passed, so knobs of other types than the checks accept (a bool num_sms, a str subclass) take the
+    full path here, to be refused there."""
+    mx = b_t and type(b) is MXFP4Tensor  # linear's MXFP4 weight; any other call's MXFP4 b is refused in full
     if not plain_kernel(a, None if mx else b, c):
         return None
     if schedule is None:
