@@ -84,24 +84,16 @@ def _eager_repeat(a, b, c, alpha, beta, schedule, num_sms, b_t: bool = False) ->
     for any other call, which then takes the full path (its checks and errors, in their order: nothing here raises).
     The first step of matmul, addmm, linear, bmm and baddbmm (each asks only where a remembered key of its `a`'s
     rank is a product of its kind: 2-D, or batched): one pass over what `route` and `_autocast` look at
-    (`plain_kernel`), the knobs resolved as `_resolve` does, then a key and a launch. A key is remembered only after
+    (`plain_kernel`), the knobs resolved (`_resolve`), then a key and a launch. A key is remembered only after
     every check passed, so knobs of other types than the checks accept (a bool num_sms, a str subclass) take the
     full path here, to be refused there."""
     mx = b_t and type(b) is MXFP4Tensor  # linear's MXFP4 weight; any other call's MXFP4 b is refused in full
     if not plain_kernel(a, None if mx else b, c):
         return None
-    if schedule is None:
-        schedule = _DEFAULTS.schedule if _DEFAULTS.schedule is not None else "auto"
-    elif type(schedule) is not str:
+    if (schedule is not None and type(schedule) is not str) or (num_sms is not None and type(num_sms) is not int) \
+            or type(alpha) not in _SCALARS or type(beta) not in _SCALARS:
         return None
-    if num_sms is None:
-        num_sms = _DEFAULTS.num_sms
-    elif type(num_sms) is not int:
-        return None
-    if num_sms is not None and num_sms > _MAX_BUDGET:
-        num_sms = _MAX_BUDGET
-    if type(alpha) not in _SCALARS or type(beta) not in _SCALARS:
-        return None
+    schedule, num_sms = _resolve(schedule, num_sms)
     if mx:
         return repeat_call("gemm_mxfp4", a, b, c, alpha, beta, None, None, None, schedule, num_sms)
     return repeat_dense(a, b, c, alpha, beta, None, schedule, num_sms, b_t)
