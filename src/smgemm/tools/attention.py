@@ -230,9 +230,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
         num_programs = (fast.PROGRAMS_PER_SM if gluon else 2) * sms
     pairs = batch * kv_heads
-    if chunks is not None and (chunks < 1 or chunks & (chunks - 1)):
-        raise ValueError(f"chunks must be a power of two, got {chunks}")
     if chunks is not None:  # every pair in `chunks` chunks
+        if chunks < 1 or chunks & (chunks - 1):
+            raise ValueError(f"chunks must be a power of two, got {chunks}")
         whole, tail = 0, chunks
     elif gluon:
         whole, tail = tail_chunks(pairs, num_programs, block_table.shape[1])

@@ -178,19 +178,17 @@ def fits(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                     seq_lens: torch.Tensor, out: torch.Tensor, num_programs: int, stages: int = STAGES,
-                     whole: int | None = None, tail: int = 1, part_ml: torch.Tensor | None = None,
-                     part_acc: torch.Tensor | None = None) -> torch.Tensor:
+                     seq_lens: torch.Tensor, out: torch.Tensor, num_programs: int, stages: int, whole: int,
+                     tail: int, part_ml: torch.Tensor | None, part_acc: torch.Tensor | None) -> torch.Tensor:
     """`smgemm.tools.attention.decode_attention`'s result, into `out` (like q), through `_warp_attention_kernel` on a
     persistent grid of at most `num_programs` (operands as there, and `fits`). The first `whole` (sequence, KV head)
-    pairs (default: all) run whole; each later one runs as `tail` chunks, whose states are left for the caller to
-    merge from part_ml [chunks, 2, MAX_GROUP] and part_acc [chunks, MAX_GROUP, head_dim] fp32 (chunks = (pairs -
-    whole) * tail)."""
+    pairs run whole; each later one runs as `tail` chunks, whose states are left for the caller to merge from
+    part_ml [chunks, 2, MAX_GROUP] and part_acc [chunks, MAX_GROUP, head_dim] fp32 (chunks = (pairs - whole) *
+    tail)."""
     batch, q_heads, head_dim = q.shape
     kv_heads = k_cache.shape[1]
     group = q_heads // kv_heads
     pairs = batch * kv_heads
-    whole = pairs if whole is None else whole
     units = whole + (pairs - whole) * tail
     if part_ml is None:  # never written (no pair is split), but typed: the kernel compiles its branch either way
         part_ml = part_acc = torch.empty(1, dtype=torch.float32, device=q.device)
