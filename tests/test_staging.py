@@ -259,6 +259,29 @@ def test_pointer_loads_assume_only_the_rows_true_alignment(device):
                 assert_gemm_close(got, a, b, tf32=a.dtype == torch.float32 and tf32_enabled()), (name, schedule)
 
 
+def test_inplace_streamk_loads_four_byte_runs_element_by_element(device):
+    """The 32-deep in-place tiles split by Stream-K (a few K steps a program) load 4-byte K-runs one element at a time;
+    persistent, and with wider runs, they keep the runs' hints. Results stay right either way."""
+    from smgemm.plan import INPLACE_CONFIGS
+
+    f16 = torch.float16
+    cfg = INPLACE_CONFIGS[0]
+    for stride, dtype, schedule, expected in ((302, f16, "streamk", 1), (302, f16, "persistent", 2),
+                                              (300, f16, "streamk", 4), (301, torch.float32, "streamk", 1),
+                                              (302, torch.float32, "persistent", 2)):
+        a = randn((24, stride), dtype, device)[:, :300]
+        b = randn((40, stride), dtype, device)[:, :300].t()
+        out = torch.full((24, 40), float("nan"), dtype=dtype, device=device)
+        with smgemm.plan.overrides(stage=False, config=cfg, schedule=schedule):
+            plan = decide(24, 40, 300, dtype, INTERPRETER_SPEC,
+                          operands=(operand_alignment(a, 1), operand_alignment(b, 0)))
+            assert bool(plan.sk_tiles) == (schedule == "streamk") and plan.config == cfg, (stride, schedule)
+            _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
+            assert (meta["A_VEC"], meta["B_VEC"]) == (expected, expected), (stride, dtype, schedule)
+            got = smgemm.matmul(a, b, out=out)
+        assert_gemm_close(got, a, b, tf32=dtype == torch.float32 and tf32_enabled()), (stride, dtype, schedule)
+
+
 def test_batched_pointer_loads_assume_the_batch_strides_alignment(device):
     """A batched operand's matrices start a batch stride apart: an odd batch stride leaves only the first one aligned,
     so its rows get no hint, whatever their own stride."""

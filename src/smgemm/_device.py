@@ -86,6 +86,15 @@ class Rates:
     # 370 x 113 x 767 7.15 (7.24), 149 x 79 x 433 5.93 (6.21), 75 x 843 x 375 6.49 (6.05), 76 x 191 x 615 6.59
     # (7.17), 72 x 90 x 2718 12.2 (12.15). `sk_fixup_base` is 1 higher: see there.
     inplace_sk_fixup_base: float = 3.0
+    # and their part per program sharing a split tile (as `sk_fixup_per_sharer`), for the model of the plan read in
+    # place and of its aligned bound alike (`plan.inplace_time`). With `sk_fixup_per_sharer` there, tiles split ~22
+    # ways were modelled at 14.2 us where they ran 8.9-9.4: 72 x 90 x 2718, 83 x 83 x 2687 and 71 x 73 x 2055 with
+    # odd rows, copied first, took 11.2-12.9 us, in place 8.5-9.4 (planner rows of `benchmarks/sweep_configs.py`,
+    # 3d1cc83 against this rate, two runs each in one call). Rates of 4-5.5 pick the faster of copying and reading
+    # in place for each of 25 few-tile problems with odd rows timed both ways (`--variants "auto stage;auto
+    # nostage"` at 79479cb: 24 random draws of M 64-400, N 64-600, K 1200-16384, and 72 x 90 x 2718); 6 mispicks 3
+    # of them, 3 mispicks 2.
+    inplace_sk_fixup_per_sharer: float = 4.0
     # The shortest a GEMM launch runs, however little work it has (3.6-6 us measured for GEMMs modelled at 1-3
     # iterations): what a staged plan adds to its copy at the least.
     launch_floor: float = 5.0

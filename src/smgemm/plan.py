@@ -1043,8 +1043,9 @@ def inplace_time(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, bu
         steps = dp_tiles // programs * k_iters + math.ceil(per_program)
         if steps > _INPLACE_SK_MAX_STEPS:
             return math.inf
-        loads = steps * per_step / rates.unaligned_loads_per_iter + _sk_fixup(cfg, k_iters, per_program, rates,
-                                                                               rates.inplace_sk_fixup_base)
+        rates = dataclasses.replace(rates, sk_fixup_base=rates.inplace_sk_fixup_base,
+                                    sk_fixup_per_sharer=rates.inplace_sk_fixup_per_sharer)
+        loads = steps * per_step / rates.unaligned_loads_per_iter + _sk_fixup(cfg, k_iters, per_program, rates)
     else:
         loads = math.ceil(tiles / budget) * k_iters * per_step / rates.unaligned_loads_per_iter
     return max(modelled_time(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes, 1, rates, batch), loads)
