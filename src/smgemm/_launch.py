@@ -89,10 +89,12 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     whole = cfg.whole_store and out.element_size() <= 2 and (c is None or stride_cm == 0)
     a_vec = 1 if a_mx or a_mode else _batch_vector(vector_elements(a, 1), batch[1])
     b_vec = 1 if b_mx or b_mode else _batch_vector(vector_elements(b, 0), batch[2])
-    if plan.sk_tiles and cfg in INPLACE_CONFIGS and plan.num_programs >= _ELEMENT_LOADS_PARTS * plan.sk_tiles:
+    if plan.sk_tiles and cfg in INPLACE_CONFIGS and plan.num_programs >= _ELEMENT_LOADS_PARTS * plan.sk_tiles and \
+            not (a_mx or b_mx):
         # 4-byte K-runs read in place by a Stream-K grid that splits each tile into many short parts come one element
         # a load: their asynchronous 4-byte copies do not pay over so few steps (the note at _ELEMENT_LOADS_PARTS)
-        a_vec, b_vec = (1 if vec == 2 else vec for vec in (a_vec, b_vec))
+        four_bytes = 4 // a.element_size()
+        a_vec, b_vec = (1 if vec == four_bytes else vec for vec in (a_vec, b_vec))
     ints = (  # gemm_kernel's groups: shape, the strides of A, B, D, C, the scales, the MXFP4 scales, batch, schedule
         (out.shape[0], out.shape[1], a.shape[1]),
         (a.data.stride(0), 1) if a_mx else tuple(a.stride()),
