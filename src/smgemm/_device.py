@@ -84,7 +84,8 @@ class Rates:
     # element loads over more SMs. Their fixup's fixed part, fitted to six problems whose tiles run 12-85 K steps
     # (benchmarks/sweep_configs.py "32x64x32 w4 s2 sk nostage"): 415 x 76 x 770 ran 7.28 us (modelled 7.24),
     # 370 x 113 x 767 7.15 (7.24), 149 x 79 x 433 5.93 (6.21), 75 x 843 x 375 6.49 (6.05), 76 x 191 x 615 6.59
-    # (7.17), 72 x 90 x 2718 12.2 (12.15). `sk_fixup_base` is 1 higher: see there.
+    # (7.17), 72 x 90 x 2718 12.2 (12.15; then with `sk_fixup_per_sharer`: it runs 9.3-9.4 at 8ff6ba3, modelled 11.4
+    # with the part below). `sk_fixup_base` is 1 higher: see there.
     inplace_sk_fixup_base: float = 3.0
     # and their part per program sharing a split tile (as `sk_fixup_per_sharer`), for the model of the plan read in
     # place and of its aligned bound alike (`plan.inplace_time`). With `sk_fixup_per_sharer` there, tiles split ~22
