@@ -262,16 +262,16 @@ def test_pointer_loads_assume_only_the_rows_true_alignment(device):
                 assert_gemm_close(got, a, b, tf32=a.dtype == torch.float32 and tf32_enabled()), (name, schedule)
 
 
-def test_inplace_streamk_loads_four_byte_runs_element_by_element(device):
-    """The 32-deep in-place tiles split by Stream-K (a few K steps a program) load 4-byte K-runs one element at a time;
-    persistent, and with wider runs (8 bytes: 4 fp16 or 2 fp32), they keep the runs' hints. Results stay right."""
+def test_inplace_tiles_keep_the_k_runs_hints(device):
+    """The 32-deep in-place tiles, persistent or split by Stream-K, load K-runs of 4 bytes or more with the runs' hints
+    (asynchronous copies that their stages keep in flight) and odd rows one element at a time. Results stay right."""
     from smgemm.plan import INPLACE_CONFIGS
 
     f16 = torch.float16
     cfg = INPLACE_CONFIGS[0]
-    for stride, dtype, schedule, expected in ((302, f16, "streamk", 1), (302, f16, "persistent", 2),
-                                              (300, f16, "streamk", 4), (301, torch.float32, "streamk", 1),
-                                              (302, torch.float32, "streamk", 2)):
+    for stride, dtype, schedule, expected in ((302, f16, "streamk", 2), (302, f16, "persistent", 2),
+                                              (300, f16, "streamk", 4), (301, f16, "streamk", 1),
+                                              (301, torch.float32, "streamk", 1), (302, torch.float32, "streamk", 2)):
         a = randn((24, stride), dtype, device)[:, :300]
         b = randn((40, stride), dtype, device)[:, :300].t()
         out = torch.full((24, 40), float("nan"), dtype=dtype, device=device)
@@ -283,6 +283,23 @@ def test_inplace_streamk_loads_four_byte_runs_element_by_element(device):
             assert (meta["A_VEC"], meta["B_VEC"]) == (expected, expected), (stride, dtype, schedule)
             got = smgemm.matmul(a, b, out=out)
         assert_gemm_close(got, a, b, tf32=dtype == torch.float32 and tf32_enabled()), (stride, dtype, schedule)
+
+
+def test_inplace_model_loads_runs_faster_than_elements():
+    """`inplace_time` charges K-runs of 4 bytes or more less than single elements on long K loops (their copies are
+    pipelined), persistent and Stream-K alike, and a persistent program reading them its fixed part."""
+    from smgemm.plan import INPLACE_CONFIGS
+
+    spec, bf16 = INTERPRETER_SPEC, torch.bfloat16
+    for cfg in INPLACE_CONFIGS:
+        elements = inplace_time(cfg, 8425, 104, 1842, bf16, 132, spec, (True, True))
+        runs = inplace_time(cfg, 8425, 104, 1842, bf16, 132, spec, (True, True), runs=(True, True))
+        assert runs < elements, cfg
+        aligned = inplace_time(cfg, 8425, 104, 1842, bf16, 132, spec, (False, False), runs=(True, True))
+        assert aligned == inplace_time(cfg, 8425, 104, 1842, bf16, 132, spec, (False, False)), cfg
+    sk = [inplace_time(INPLACE_CONFIGS[0], 72, 90, 2718, bf16, 132, spec, (True, True), 1, "streamk", runs)
+          for runs in ((False, False), (True, True))]
+    assert sk[1] < sk[0]
 
 
 def test_batched_pointer_loads_assume_the_batch_strides_alignment(device):

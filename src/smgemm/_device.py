@@ -80,6 +80,20 @@ class Rates:
     # this many elements of them an iteration (~5.5e9 a second; 32 x 64 x 32 to 128 x 128 x 32 tiles moved 6-11 GB/s
     # of bf16 an SM, the lower end on long-K problems of few tiles). benchmarks/sweep_unaligned.py --inplace.
     unaligned_loads_per_iter: float = 4.7e3
+    # K-runs of 4 bytes or more (an even K of 16-bit elements, rows 4 or 8 bytes apart) come in asynchronous copies,
+    # which the in-place tiles' stages (`plan.INPLACE_CONFIGS`) keep in flight: a persistent program loads them this
+    # many times faster. On the H200 (bf16, forced tiles read in place at their stages, `benchmarks/sweep_configs.py`)
+    # the element-load model over-estimated their time 2.15-2.39x with 32 x 64 tiles, 2.65-3.30x with 64 x 64 and
+    # 2.82-4.2x with 64 x 128 and 128 x 64 (8425 x 104 x 1842, 117 x 4060 x 5322, 662 x 254 x 8868, 126 x 1204 x
+    # 4674, 3000 x 2000 x 1002); the planner takes the lowest, so that it never prefers reading in place on a guess.
+    # A Stream-K program's few steps gained too (273 x 64 x 2526 9.07 -> 8.38 us, 81 x 111 x 3334 10.1 -> 8.98).
+    inplace_run_speedup: float = 2.2
+    # What a persistent program reading such runs in place pays beyond them (its pipeline's fill and drain), which
+    # the launch floor hid: a 32 x 64 tile a program took 3.2 + 0.23 us a step (12-25 steps: 767 x 100 x 378,
+    # 142 x 123 x 354, 415 x 76 x 770, 70 x 285 x 758; bf16 planner rows, one run). With 1.5, the planner takes
+    # the faster of that and a Stream-K grid for 6 of 8 such problems timed both ways; 142 x 123 x 354 (5.80 against
+    # 5.50 us) and 601 x 144 x 518 (7.55 against 6.92) it mispicks.
+    inplace_run_fixed: float = 1.5
     # Such 32-deep tiles may also split K over the whole device (Stream-K), where a few small problems spread their
     # element loads over more SMs. Their fixup's fixed part, fitted to six problems whose tiles run 12-85 K steps
     # (benchmarks/sweep_configs.py "32x64x32 w4 s2 sk nostage"): 415 x 76 x 770 ran 7.28 us (modelled 7.24),

@@ -18,7 +18,7 @@ from ._device import device_spec
 from .kernels.gemm import gemm_kernel
 from .kernels.stage import stage_kernel
 from .mxfp4 import MXFP4Tensor
-from .plan import _OVERRIDES, INPLACE_CONFIGS, Plan, TileConfig, clamps_edge_tiles, host_descriptors_pay
+from .plan import _OVERRIDES, Plan, TileConfig, clamps_edge_tiles, host_descriptors_pay
 
 
 class Operands(NamedTuple):
@@ -89,12 +89,6 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
     whole = cfg.whole_store and out.element_size() <= 2 and (c is None or stride_cm == 0)
     a_vec = 1 if a_mx or a_mode else _batch_vector(vector_elements(a, 1), batch[1])
     b_vec = 1 if b_mx or b_mode else _batch_vector(vector_elements(b, 0), batch[2])
-    if plan.sk_tiles and cfg in INPLACE_CONFIGS and plan.num_programs >= _ELEMENT_LOADS_PARTS * plan.sk_tiles and \
-            not (a_mx or b_mx):
-        # 4-byte K-runs read in place by a Stream-K grid that splits each tile into many short parts come one element
-        # a load: their asynchronous 4-byte copies do not pay over so few steps (the note at _ELEMENT_LOADS_PARTS)
-        four_bytes = 4 // a.element_size()
-        a_vec, b_vec = (1 if vec == four_bytes else vec for vec in (a_vec, b_vec))
     ints = (  # gemm_kernel's groups: shape, the strides of A, B, D, C, the scales, the MXFP4 scales, batch, schedule
         (out.shape[0], out.shape[1], a.shape[1]),
         (a.data.stride(0), 1) if a_mx else tuple(a.stride()),
@@ -126,18 +120,6 @@ def static_args(plan: Plan, ops: Operands, stride_sa: int, stride_sb: int, use_i
                                                           dense=not (a_mx or b_mx),
                                                           c_matrix=c is not None and stride_cm != 0)
     return ints, meta
-
-
-# Stream-K grids of the in-place tiles (`plan.INPLACE_CONFIGS`) with at least this many programs a split tile load
-# 4-byte K-runs one element at a time (A_VEC / B_VEC 1, `static_args`): each program then runs a few steps of one
-# tile, too few for the asynchronous 4-byte copies to pay. On the H200 (bf16; planner rows of
-# `benchmarks/sweep_configs.py --variants " "`, 3d1cc83's 4-byte loads against element loads, two runs each in one
-# call, us), tiles split 6-15 ways: 151 x 126 x 1602 9.54-9.64 -> 7.78-7.91, 70 x 285 x 758 7.28-7.39 -> 6.71-6.80,
-# 142 x 123 x 354 6.02-6.04 -> 5.64-5.75, 204 x 157 x 422 6.54-6.63 -> 6.16-6.21, 66 x 179 x 1862 9.83-9.85 ->
-# 8.35-8.40, 81 x 111 x 3334 12.7-12.8 -> 9.68-9.71; one slower, 273 x 64 x 2526 (14 ways) 8.67-8.68 -> 9.38-9.51.
-# Split 2-3 ways they ran slower (these keep 4-byte loads): 96 x 1249 x 486 7.33 -> 7.97-8.06, 259 x 439 x 482
-# 7.28-7.34 -> 7.93-7.96, 601 x 144 x 518 8.19-8.22 -> 8.82-8.84, 767 x 100 x 378 7.43-7.50 -> 7.65-7.74.
-_ELEMENT_LOADS_PARTS = 4
 
 
 def edge_tiles_clamped(plan: Plan, shape: tuple[int, int, int], elem: int, dense: bool,

@@ -1005,15 +1005,22 @@ def steps_per_program(plan: Plan) -> int:
 
 # Tiles that read operands with unaligned rows in place (1- and 2-byte elements): 32 deep, so that a thread's
 # element loads of a K step stay few enough for its registers (a 128 x 64 x 128 tile spills: 2,300 instructions a
-# step against 200), from decode-like to wide.
+# step against 200), from decode-like to wide. Their stages pay where K-runs of 4 bytes or more come in asynchronous
+# copies (single elements are not pipelined): on the H200 (bf16, `benchmarks/sweep_configs.py`, forced tiles read in
+# place, one run, us; 4-byte runs unless said) 2 -> 4 stages took 662 x 254 x 8868 (8-byte runs, 32 x 64) 196 -> 76,
+# 117 x 4060 x 5322 (64 x 64) 131 -> 53.9, 8425 x 104 x 1842 (64 x 128) 55.7 -> 26.9, and the planner's in-place
+# plans 2 -> 3 stages 0.72-1.02x the time (127 x 1681 x 474 9.73 -> 7.04, 69 x 6653 x 270 10.5 -> 8.14, 231 x 7955
+# x 140 8.16 -> 7.10, 415 x 76 x 770 7.15 -> 6.22, 273 x 64 x 2526 10.1 -> 8.57; 225 x 8214 x 115 8.44 -> 8.61);
+# odd rows, one element a load, ran alike at 2-4 stages. Past 4 stages 64 x 128 and 128 x 64 tiles slowed
+# (8425 x 104 x 1842 at 6: 43.9, 45.5), as 128 x 128 did past 3 (1054 x 1677 x 78: 5.96 at 3, 6.73 at 4); 32 x 64
+# and 64 x 64 gained 4-28% more at 6 on K of 1842-8868 but lost 1-3% on short K.
 INPLACE_CONFIGS = (
-    TileConfig(32, 64, 32, num_warps=4, num_stages=2),
-    TileConfig(64, 64, 32, num_warps=4, num_stages=2),
-    TileConfig(64, 128, 32, num_warps=8, num_stages=2),
-    TileConfig(128, 64, 32, num_warps=8, num_stages=2),
-    TileConfig(128, 128, 32, num_warps=8, num_stages=2),
+    TileConfig(32, 64, 32, num_warps=4, num_stages=4),
+    TileConfig(64, 64, 32, num_warps=4, num_stages=4),
+    TileConfig(64, 128, 32, num_warps=8, num_stages=4),
+    TileConfig(128, 64, 32, num_warps=8, num_stages=4),
+    TileConfig(128, 128, 32, num_warps=8, num_stages=3),
 )
-
 
 # In-place Stream-K plans (`decide`) run at most this many K steps a program: on the H200 (benchmarks/sweep_configs.py,
 # bf16, the planner with and without them in one run) 2-9 steps ran 1.1-1.7x faster than the copy and the GEMM
@@ -1025,15 +1032,19 @@ _INPLACE_SK_MAX_STEPS = 9
 
 
 def inplace_time(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, spec: DeviceSpec,
-                 unaligned: tuple[bool, bool], batch: int = 1, schedule: str = "persistent") -> float:
+                 unaligned: tuple[bool, bool], batch: int = 1, schedule: str = "persistent",
+                 runs: tuple[bool, bool] = (False, False)) -> float:
     """Modelled time of a plan with tile `cfg` and `schedule` ("persistent" or "streamk") that reads the `unaligned`
-    operands (A, B) in place: its aligned time, or the time its busiest program takes to load their elements one at a
-    time (`Rates.unaligned_loads_per_iter`; with Stream-K, plus the fixup), whichever is longer; inf where Stream-K
-    has nothing to split. The launch's floor (`Rates.launch_floor`) is the caller's to apply."""
+    operands (A, B) in place: its aligned time, or the time its busiest program takes to load their elements
+    (`Rates.unaligned_loads_per_iter`; with Stream-K, plus the fixup), whichever is longer; inf where Stream-K
+    has nothing to split. `runs`: which of them come in K-runs of 4 bytes or more, which the tile's pipeline loads
+    `Rates.inplace_run_speedup` times faster; a persistent program then also pays `Rates.inplace_run_fixed`. The
+    launch's floor (`Rates.launch_floor`) is the caller's to apply."""
     rates = spec.rates
     tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch
     k_iters = math.ceil(k / cfg.block_k)
-    per_step = (cfg.block_m * unaligned[0] + cfg.block_n * unaligned[1]) * cfg.block_k
+    speedup = [rates.inplace_run_speedup if run else 1.0 for run in runs]
+    per_step = (cfg.block_m * unaligned[0] / speedup[0] + cfg.block_n * unaligned[1] / speedup[1]) * cfg.block_k
     if schedule == "streamk":
         split = streamk_split(tiles, k_iters, budget, 1, rates)
         if split is None:
@@ -1047,7 +1058,8 @@ def inplace_time(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, bu
                                     sk_fixup_per_sharer=rates.inplace_sk_fixup_per_sharer)
         loads = steps * per_step / rates.unaligned_loads_per_iter + _sk_fixup(cfg, k_iters, per_program, rates)
     else:
-        loads = math.ceil(tiles / budget) * k_iters * per_step / rates.unaligned_loads_per_iter
+        loads = math.ceil(tiles / budget) * k_iters * per_step / rates.unaligned_loads_per_iter + \
+            rates.inplace_run_fixed * any(run and slow for run, slow in zip(runs, unaligned))
     return max(modelled_time(cfg, m, n, k, dtype, budget, schedule, spec.l2_bytes, 1, rates, batch), loads)
 
 
@@ -1291,11 +1303,12 @@ def decide(
     # Otherwise reading in place takes the fastest of the 32-deep tiles (`INPLACE_CONFIGS`), persistent or, for a
     # single product on the whole device, Stream-K (`_INPLACE_SK_MAX_STEPS`, `Rates.inplace_sk_fixup_base`)
     unaligned = (slow[0] > 0, slow[1] > 0)
+    runs = tuple(run * element_bytes(dtype) >= 4 for _, _, run in operands)
     budget = plan.sm_budget
     schedules = ("persistent", "streamk") if schedule == "auto" and batch == 1 and whole_device(num_sms, spec) \
         else ("persistent",)
     inplace, inplace_schedule, time = min(
-        ((cfg, s, inplace_time(cfg, m, n, k, dtype, budget, spec, unaligned, batch, s))
+        ((cfg, s, inplace_time(cfg, m, n, k, dtype, budget, spec, unaligned, batch, s, runs))
          for s in schedules for cfg in INPLACE_CONFIGS), key=lambda c: c[2])
     if stage is None:
         staged_time = copy_time(plan, dtype, spec, sum(slow)) + max(spec.rates.launch_floor, gemm_time)
