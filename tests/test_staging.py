@@ -354,3 +354,26 @@ def test_vector_elements_never_overclaims():
             assert vec >= 8
         # a view whose K axis is not the unit stride gets no hint
         assert vector_elements(t, 1 - k_dim) == 1 or t.stride(1 - k_dim) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn])
+def test_inplace_tiles_read_odd_rows_a_step_ahead(device, dtype):
+    """Odd rows (one element a load) read in place by the 32-deep tiles, whose loop loads each step's blocks a step
+    ahead (`kernels.common.k_loop_dense`): persistent and Stream-K (programs that start mid-tile), K tails, K shorter
+    than a step, and a few rows (A masked to them). Every element is checked against float64 on poisoned outputs."""
+    if dtype == torch.float8_e4m3fn and device == "cuda" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs sm_89+")
+    out_dtype = torch.bfloat16 if dtype == torch.float8_e4m3fn else dtype
+    for m, n, k in ((37, 70, 101), (5, 33, 65), (64, 64, 97), (40, 50, 31), (24, 40, 225)):
+        a = randn((m, k), torch.float16, device).to(dtype)
+        b = randn((n, k), torch.float16, device).to(dtype).t()
+        for cfg in INPLACE_CONFIGS[:3]:
+            for schedule in ("persistent", "streamk"):
+                out = torch.full((m, n), float("nan"), dtype=out_dtype, device=device)
+                with smgemm.plan.overrides(stage=False, config=cfg, schedule=schedule):
+                    plan = decide(m, n, k, dtype, INTERPRETER_SPEC,
+                                  operands=(operand_alignment(a, 1), operand_alignment(b, 0)))
+                    _, meta = static_args(plan, Operands(a, b, out), 0, 0, False)
+                    assert (meta["A_VEC"], meta["B_VEC"]) == (1, 1) and plan.config == cfg
+                    got = smgemm.matmul(a, b, out=out)
+                assert_gemm_close(got, a, b), (m, n, k, cfg, schedule)

@@ -79,6 +79,10 @@ class Rates:
     # element a load, which Triton cannot pipeline (cp.async moves 4 bytes or more): a program then loads about
     # this many elements of them an iteration (~5.5e9 a second; 32 x 64 x 32 to 128 x 128 x 32 tiles moved 6-11 GB/s
     # of bf16 an SM, the lower end on long-K problems of few tiles). benchmarks/sweep_unaligned.py --inplace.
+    # The rate is that of tiles that wait out each step's loads. The in-place tiles load odd rows a step ahead
+    # (`kernels.common.k_loop_dense`), 1.2-1.6x faster than it says, and the planner still copies some operands that
+    # read faster in place (85 x 10993 x 1471: 52.3 us copied, 44.0 in place). A higher rate for single elements
+    # alone would move those plans; 4-byte K-runs' plans, which it also scales, measured right as they are.
     unaligned_loads_per_iter: float = 4.7e3
     # K-runs of 4 bytes or more (an even K of 16-bit elements, rows 4 or 8 bytes apart) come in asynchronous copies,
     # which the in-place tiles' stages (`plan.INPLACE_CONFIGS`) keep in flight: a persistent program loads them this

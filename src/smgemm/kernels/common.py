@@ -446,16 +446,21 @@ def _desc_store(desc, matrix, row, col, block, BATCHED: tl.constexpr):
 
 
 @triton.jit
-def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, row, col, matrix, offs_k, rows_ok,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
-                INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
-                BATCHED: tl.constexpr, MASK_M: tl.constexpr):
-    """acc + A[tile rows, K step it] @ B[K step it, tile cols]; MASK_K: pointer loads masked at K (the K tail);
-    MASK_M: A's pointer loads masked to its `rows_ok`."""
+def _dense_blocks(a_ptr, b_ptr, p_a, p_b, it, K, row, col, matrix, offs_k, rows_ok, more,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
+                  A_DESC: tl.constexpr, B_DESC: tl.constexpr, BATCHED: tl.constexpr, MASK_M: tl.constexpr,
+                  MASK_MORE: tl.constexpr = False):
+    """The A [tile rows, K step it] and B [K step it, tile cols] blocks; MASK_K: pointer loads masked at K (the K
+    tail); MASK_M: A's pointer loads masked to its `rows_ok`; MASK_MORE: pointer loads masked to `more` (a step that
+    may lie past the loop's end, loaded ahead)."""
     if A_DESC == "stored":
         b_a = _desc_block(a_ptr, matrix, row, it * BLOCK_K, BLOCK_M, BLOCK_K, BATCHED)
     elif A_DESC == "transposed":
         b_a = tl.trans(_desc_block(a_ptr, matrix, it * BLOCK_K, row, BLOCK_K, BLOCK_M, BATCHED))
+    elif MASK_MORE and MASK_M:
+        b_a = tl.load(p_a, mask=rows_ok[:, None] & more, other=0.0)
+    elif MASK_MORE:
+        b_a = tl.load(p_a, mask=more, other=0.0)
     elif MASK_K and MASK_M:
         b_a = tl.load(p_a, mask=rows_ok[:, None] & (offs_k[None, :] < K - it * BLOCK_K), other=0.0)
     elif MASK_K:
@@ -468,17 +473,35 @@ def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, row, col, matrix, offs_k, ro
         b_b = _desc_block(b_ptr, matrix, it * BLOCK_K, col, BLOCK_K, BLOCK_N, BATCHED)
     elif B_DESC == "transposed":
         b_b = tl.trans(_desc_block(b_ptr, matrix, col, it * BLOCK_K, BLOCK_N, BLOCK_K, BATCHED))
+    elif MASK_MORE:
+        b_b = tl.load(p_b, mask=more, other=0.0)
     elif MASK_K:
         b_b = tl.load(p_b, mask=offs_k[:, None] < K - it * BLOCK_K, other=0.0)
     else:
         b_b = tl.load(p_b)
+    return b_a, b_b
+
+
+@triton.jit
+def _dense_dot(acc, b_a, b_b, INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """acc + b_a @ b_b ([BM, BK] @ [BK, BN] -> [BM, BN])."""
     if INTERPRETER:
         b_a = b_a.to(tl.float32)
         b_b = b_b.to(tl.float32)
-    # [BM, BK] @ [BK, BN] -> [BM, BN]
     # fp8 on Hopper: the tensor cores' own accumulation (about 13 mantissa bits, Triton's default). Promoting
     # to fp32 every K step (max_num_imprecise_acc=BLOCK_K) measured 3x slower, see docs/performance.md.
     return tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION)
+
+
+@triton.jit
+def _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, row, col, matrix, offs_k, rows_ok,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
+                INTERPRETER: tl.constexpr, INPUT_PRECISION: tl.constexpr, A_DESC: tl.constexpr, B_DESC: tl.constexpr,
+                BATCHED: tl.constexpr, MASK_M: tl.constexpr):
+    """acc + A[tile rows, K step it] @ B[K step it, tile cols] (`_dense_blocks`)."""
+    b_a, b_b = _dense_blocks(a_ptr, b_ptr, p_a, p_b, it, K, row, col, matrix, offs_k, rows_ok, True, BLOCK_M,
+                             BLOCK_N, BLOCK_K, MASK_K, A_DESC, B_DESC, BATCHED, MASK_M)
+    return _dense_dot(acc, b_a, b_b, INTERPRETER, INPUT_PRECISION)
 
 
 @triton.jit
@@ -536,13 +559,34 @@ def k_loop_dense(
     if PEEL:
         full_end = tl.minimum(iter_end, K // BLOCK_K)  # the steps before the K tail
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in range(iter_start, full_end):
-        acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, row, col, matrix, offs_k, rows_ok, BLOCK_M,
-                          BLOCK_N, BLOCK_K, False, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED, MASK_M)
-        if A_DESC == "pointers":
+    # 32-deep tiles reading both 1- or 2-byte operands one element a load (odd rows: `plan.INPLACE_CONFIGS`) load
+    # each step's blocks one step ahead, into registers: the compiler pipelines only asynchronous copies (4 bytes or
+    # more), so such loads would otherwise wait out their latency every step. On the H200 (fp16 planner rows of
+    # benchmarks/sweep_configs.py, with and without, one call) odd-row problems ran 0.64-0.97x the time: 65 x 2747 x
+    # 417 16.3 -> 10.4 us, 67 x 83 x 175 5.68 -> 4.73, 83 x 7475 x 319 13.6 -> 11.2, 93 x 341 x 1815 (Stream-K)
+    # 10.0 -> 8.9; read in place, bf16 85 x 10993 x 1471 58.4 -> 44.0 and 84 x 15219 x 1233 52.1 -> 39.7.
+    AHEAD: tl.constexpr = A_DESC == "pointers" and B_DESC == "pointers" and A_VEC == 1 and B_VEC == 1 and \
+        BLOCK_K == 32 and a_ptr.dtype.element_ty.primitive_bitwidth < 32
+    if AHEAD:
+        n_a, n_b = _dense_blocks(a_ptr, b_ptr, p_a, p_b, iter_start, K, row, col, matrix, offs_k, rows_ok,
+                                 iter_start < full_end, BLOCK_M, BLOCK_N, BLOCK_K, False, A_DESC, B_DESC, BATCHED,
+                                 MASK_M, True)
+        for it in range(iter_start, full_end):
+            b_a, b_b = n_a, n_b
             p_a += BLOCK_K * stride_ak
-        if B_DESC == "pointers":
             p_b += BLOCK_K * stride_bk
+            n_a, n_b = _dense_blocks(a_ptr, b_ptr, p_a, p_b, it + 1, K, row, col, matrix, offs_k, rows_ok,
+                                     it + 1 < full_end, BLOCK_M, BLOCK_N, BLOCK_K, False, A_DESC, B_DESC, BATCHED,
+                                     MASK_M, True)
+            acc = _dense_dot(acc, b_a, b_b, INTERPRETER, INPUT_PRECISION)
+    else:
+        for it in range(iter_start, full_end):
+            acc = _dense_step(acc, a_ptr, b_ptr, p_a, p_b, it, K, row, col, matrix, offs_k, rows_ok, BLOCK_M,
+                              BLOCK_N, BLOCK_K, False, INTERPRETER, INPUT_PRECISION, A_DESC, B_DESC, BATCHED, MASK_M)
+            if A_DESC == "pointers":
+                p_a += BLOCK_K * stride_ak
+            if B_DESC == "pointers":
+                p_b += BLOCK_K * stride_bk
     if PEEL:
         if full_end < iter_end:  # the K tail, masked; its pointers formed anew, so the loop's die with the loop
             t_a, t_b = _dense_pointers(a_ptr, b_ptr, offs_m, offs_n, offs_k, full_end * BLOCK_K, stride_am,
