@@ -1008,12 +1008,12 @@ def steps_per_program(plan: Plan) -> int:
 # step against 200), from decode-like to wide. Their stages pay where K-runs of 4 bytes or more come in asynchronous
 # copies (single elements are not pipelined): on the H200 (bf16, `benchmarks/sweep_configs.py`, forced tiles read in
 # place, one run, us; 4-byte runs unless said) 2 -> 4 stages took 662 x 254 x 8868 (8-byte runs, 32 x 64) 196 -> 76,
-# 117 x 4060 x 5322 (64 x 64) 131 -> 53.9, 8425 x 104 x 1842 (64 x 128) 55.7 -> 26.9, and the planner's in-place
-# plans 2 -> 3 stages 0.72-1.02x the time (127 x 1681 x 474 9.73 -> 7.04, 69 x 6653 x 270 10.5 -> 8.14, 231 x 7955
-# x 140 8.16 -> 7.10, 415 x 76 x 770 7.15 -> 6.22, 273 x 64 x 2526 10.1 -> 8.57; 225 x 8214 x 115 8.44 -> 8.61);
-# odd rows, one element a load, ran alike at 2-4 stages. Past 4 stages 64 x 128 and 128 x 64 tiles slowed
+# 117 x 4060 x 5322 (64 x 64) 131 -> 53.9, 8425 x 104 x 1842 (64 x 128) 55.7 -> 26.9, and 2 -> 3 stages took the
+# planner's in-place plans 0.72-1.02x the time (127 x 1681 x 474 9.73 -> 7.04, 69 x 6653 x 270 10.5 -> 8.14,
+# 231 x 7955 x 140 8.16 -> 7.10, 415 x 76 x 770 7.15 -> 6.22, 273 x 64 x 2526 10.1 -> 8.57; 225 x 8214 x 115 8.44 ->
+# 8.61); odd rows, one element a load, ran alike at 2-4 stages. Past 4 stages 64 x 128 and 128 x 64 tiles slowed
 # (8425 x 104 x 1842 at 6: 43.9, 45.5), as 128 x 128 did past 3 (1054 x 1677 x 78: 5.96 at 3, 6.73 at 4); 32 x 64
-# and 64 x 64 gained 4-28% more at 6 on K of 1842-8868 but lost 1-3% on short K.
+# and 64 x 64 gained 4-28% more at 6 on K of 1842-8868 (on short K, 6 is untimed and 4 ran 0-3% behind 3).
 INPLACE_CONFIGS = (
     TileConfig(32, 64, 32, num_warps=4, num_stages=4),
     TileConfig(64, 64, 32, num_warps=4, num_stages=4),
@@ -1021,6 +1021,7 @@ INPLACE_CONFIGS = (
     TileConfig(128, 64, 32, num_warps=8, num_stages=4),
     TileConfig(128, 128, 32, num_warps=8, num_stages=3),
 )
+
 
 # In-place Stream-K plans (`decide`) run at most this many K steps a program: on the H200 (benchmarks/sweep_configs.py,
 # bf16, the planner with and without them in one run) 2-9 steps ran 1.1-1.7x faster than the copy and the GEMM
