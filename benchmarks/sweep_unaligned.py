@@ -7,7 +7,8 @@ operands of the next aligned K, the staging copy alone, and torch, on the GPU.
 `slowdown` (in place / aligned) is what `Rates.unaligned_slowdown` models for tiles the planner may not change;
 `copy us` (A and B in one launch) against the staged bytes gives `Rates.stage_fixed` and the copy rates of
 `plan.copy_time`. `--inplace` adds each of `plan.INPLACE_CONFIGS` reading both operands in place, measured and as
-`plan.inplace_time` models it (`Rates.unaligned_loads_per_iter`, `launch_floor`; one iteration ~0.85 us):
+`plan.inplace_time` models it (`Rates.unaligned_loads_per_iter`, `inplace_run_speedup` for K-runs of 4 bytes or
+more, `launch_floor`; one iteration ~0.85 us):
 
     PYTHONPATH=src python benchmarks/sweep_unaligned.py --inplace --shapes 1668x361x203,881x224x2498,149x79x433
 """
@@ -72,11 +73,12 @@ def main():
             model = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes,
                                   plan.sk_waves, spec.rates)
             if args.inplace:
+                runs = tuple(run * a.element_size() >= 4 for _, _, run in operands_alignment(a, b))
                 for cfg in INPLACE_CONFIGS:
                     with smgemm.overrides(config=cfg, stage=False, schedule="persistent"):
                         tile = f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k}"
                         times[tile] = time_rotating(run, sets)
-                        modelled = inplace_time(cfg, m, n, k, dtype, programs, spec, (True, True))
+                        modelled = inplace_time(cfg, m, n, k, dtype, programs, spec, (True, True), runs=runs)
                         times[tile + " model"] = modelled * _US_PER_ITER * 1e-3
             rows.append({
                 **{f"{name} us": t * 1e3 for name, t in times.items() if name not in ("in place", "staged", "auto")},
