@@ -259,6 +259,39 @@ def test_compiled_backward(device):
     torch.testing.assert_close(gw, w.grad, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_compiled_graphs_call_the_ops_without_autograd(batched, device):
+    """What a compiled graph calls at run time is `smgemm::*_nograd` (`_library._define`): Dynamo's graph of a call that
+    autograd need not record, and AOTAutograd's forward and backward graphs of one it must; the differentiable op
+    stays in Dynamo's graph only where it records. Both give the same results and gradients (test_compiled_backward)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    name = "smgemm.bmm" if batched else "smgemm.gemm"
+    shapes = ((2, 4, 16), (2, 16, 8)) if batched else ((4, 16), (8, 16))
+    x, y = (randn(shape, torch.float32, device) for shape in shapes)
+    fn = smgemm.bmm if batched else smgemm.linear
+    dynamo, forward, backward = [], [], []
+
+    def targets(graphs, gm, boxed=True):
+        graphs.append({str(node.target) for node in gm.graph.nodes if node.op == "call_function"})
+        return make_boxed_func(gm.forward) if boxed else gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(fn, backend=lambda gm, inputs: targets(dynamo, gm, False), fullgraph=True)(x, y)
+    assert f"{name}_nograd.default" in dynamo[0] and f"{name}.default" not in dynamo[0]
+    torch._dynamo.reset()
+    aot = aot_autograd(fw_compiler=lambda gm, inputs: targets(forward, gm),
+                       bw_compiler=lambda gm, inputs: targets(backward, gm))
+    recorded = torch.compile(fn, backend=lambda gm, inputs: (targets(dynamo, gm, False), aot(gm, inputs))[1],
+                             fullgraph=True)
+    recorded(x.clone().requires_grad_(), y).sum().backward()
+    assert f"{name}.default" in dynamo[1]
+    assert f"{name}_nograd.default" in forward[0] and f"{name}.default" not in forward[0]
+    assert f"{name}_nograd.default" in backward[0] and f"{name}.default" not in backward[0]
+
+
 @pytest.mark.gpu
 def test_module_backward_and_compile_on_second_gpu():
     if torch.cuda.device_count() < 2:

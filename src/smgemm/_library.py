@@ -1,17 +1,20 @@
-"""The torch.library custom ops (namespace `smgemm`) around `_gemm.gemm`, with fake kernels and autograd.
+"""The torch.library ops (namespace `smgemm`) around `_gemm.gemm`, with fake kernels and autograd.
 
 They are what `torch.compile` traces (an opaque op with a fake implementation: no graph break, dynamic M),
-what autograd differentiates, and what CUDA graphs capture. Eager calls that no torch subsystem must see skip the
-dispatcher (`route`): they call `gemm` directly, ~10 us less host time, or, where autograd must record them,
-`autograd_gemm` / `autograd_bmm` / `autograd_gemm_mxfp4`, the same kernel under an autograd.Function with the op's
-backward (a linear's forward with a grad-requiring weight, the launch stubbed on the CPU: 39 against 90 us through the
-op). A backward's products are routed the same way (`_routed`).
+what autograd differentiates, and what CUDA graphs capture. Each differentiable op NAME has a twin NAME_nograd
+without autograd, which is what runs below NAME's autograd kernel and what compiled graphs call (`_define`,
+`_caller`).
+Eager calls that no torch subsystem must see skip the dispatcher (`route`): they call `gemm` directly, ~10 us less
+host time, or, where autograd must record them, `autograd_gemm` / `autograd_bmm` / `autograd_gemm_mxfp4`, the same
+kernel under an autograd.Function with the op's backward (a linear's forward with a grad-requiring weight, the launch
+stubbed on the CPU: 39 against 90 us through the op). A backward's products are routed the same way (`_routed`).
 
     smgemm::gemm(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms) -> Tensor
     smgemm::gemm_out(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, out!) -> ()
     smgemm::gemm_mxfp4(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout,
                        w_layout) -> Tensor
     smgemm::bmm(a, b, c, alpha, beta, out_dtype, schedule, num_sms) -> Tensor
+    smgemm::gemm_nograd, smgemm::gemm_mxfp4_nograd, smgemm::bmm_nograd: the same schemas
 
 Backward: for D = alpha * A @ B + beta * C, dA = alpha * dD @ B^T and dB = alpha * A^T @ dD, each computed by the
 same kernel on transposed *views* and laid out like the input it is the gradient of (a column-major B, such as
@@ -37,23 +40,6 @@ def _gemm_kernel(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, nu
                 schedule=schedule, num_sms=num_sms)
 
 
-@torch.library.custom_op("smgemm::gemm", mutates_args=())
-def gemm_op(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    c: torch.Tensor | None,
-    alpha: float,
-    beta: float,
-    out_dtype: torch.dtype | None,
-    scale_a: torch.Tensor | None,
-    scale_b: torch.Tensor | None,
-    schedule: str,
-    num_sms: int | None,
-) -> torch.Tensor:
-    return _gemm_kernel(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms)
-
-
-@gemm_op.register_fake
 def _gemm_fake(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
     check_knobs(schedule, num_sms)
     checked = check_gemm(a, b, c, beta, None, out_dtype, scale_a, scale_b)
@@ -137,7 +123,7 @@ def plain_kernel(a, b, c) -> bool:
                                                        _FUNCTORCH.maybe_current_level() is not None))
 
 
-def _eager_autograd(kernel, setup_context, backward):
+def _eager_autograd(kernel, setup_context, backward, name: str = "Eager"):
     """`apply` of an autograd.Function running `kernel` (what a custom op wraps) with the op's backward: for eager calls
     that only autograd must record (no torch.compile, torch mode, functorch transform or tensor subclass: those take
     the op, `route`). It skips the dispatcher and torch.library's generated autograd wrapper. The Function saves its
@@ -149,18 +135,54 @@ def _eager_autograd(kernel, setup_context, backward):
         setup_context(ctx, args, out)
         return out
 
-    eager = type("Eager", (torch.autograd.Function,), {
+    eager = type(name, (torch.autograd.Function,), {
         "forward": staticmethod(forward),
         "backward": staticmethod(lambda ctx, grad: backward(ctx, grad)),
     })
     return super(torch.autograd.Function, eager).apply
 
 
-def _with_functorch_twin(op, setup_context, backward):
-    """A caller of custom op `op`: the op itself, or under a torch.func transform (grad, vjp, vmap, ...) an
-    autograd.Function that runs it with the same backward (torch.library's generated autograd does not run under
-    those transforms; vmap of it loops over the batch, torch's fallback for the custom op)."""
-    twin = type("Twin", (torch.autograd.Function,), {
+_LIB = torch.library.Library("smgemm", "FRAGMENT")
+
+
+def _define(name: str, schema: str, kernel, fake, setup_context, backward, defaults: tuple = ()):
+    """Define smgemm::NAME, the differentiable op, and smgemm::NAME_nograd, the same computation (`kernel`, output
+    metadata from `fake`) with no autograd kernel of its own; returns both ops' overloads.
+
+    NAME's autograd kernel runs NAME_nograd, recorded with `backward` where an input requires grad: so autograd sees
+    NAME, and what runs below it (torch modes, tensor subclasses, the graphs torch.compile and torch.export trace)
+    is NAME_nograd, which a compiled graph calls through the dispatcher's C++ path and one Python function: ~2.8 us of
+    host time a call on the CPU where a `torch.library.custom_op`, whose generated autograd kernel and aliasing
+    checks run in Python on every call, took ~9.9 (`benchmarks/host_ops.py`). NAME_nograd called directly with an
+    input that requires grad gives it no gradient (torch warns at the backward); smgemm calls it only where nothing
+    is recorded. `defaults`: the values of the schema's trailing arguments that have defaults, which the dispatcher
+    leaves out of a call that passes them."""
+    for op_name in (name, f"{name}_nograd"):
+        _LIB.define(op_name + schema, tags=(torch.Tag.pt2_compliant_tag,))
+        _LIB.impl(op_name, kernel, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"smgemm::{op_name}", fake, lib=_LIB)
+    nograd = getattr(torch.ops.smgemm, f"{name}_nograd").default
+    recorded = _eager_autograd(nograd, setup_context, backward, f"smgemm_{name}")  # grad_fn smgemm_NAMEBackward
+    arity = len(nograd._schema.arguments)
+
+    def autograd_kernel(*args):
+        if len(args) < arity:
+            args = (*args, *defaults[len(defaults) - (arity - len(args)):])
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            return recorded(*args)
+        return nograd(*args)
+
+    _LIB.impl(name, autograd_kernel, "Autograd")
+    return getattr(torch.ops.smgemm, name).default, nograd
+
+
+def _caller(op, nograd, setup_context=None, backward=None):
+    """A caller of op smgemm::NAME for the calls that go through the dispatcher (`route` OP): NAME where autograd
+    must record the call, else NAME_nograd (`_define`), so that a graph torch.compile traces without gradients
+    holds NAME_nograd too. Under a torch.func transform (grad, vjp, vmap, ...), given NAME's `setup_context` and
+    `backward`, an autograd.Function that runs NAME with them (the ops' autograd kernels do not serve those
+    transforms, and vmap of one would loop over the batch, torch's fallback for the op); without them, NAME."""
+    twin = None if backward is None else type("Twin", (torch.autograd.Function,), {
         "generate_vmap_rule": True,
         "forward": staticmethod(lambda *args: op(*args)),
         "setup_context": staticmethod(lambda ctx, inputs, output: setup_context(ctx, inputs, output)),
@@ -169,8 +191,12 @@ def _with_functorch_twin(op, setup_context, backward):
 
     def call(*args) -> torch.Tensor:
         if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
-            return twin.apply(*args)
-        return op(*args)
+            return op(*args) if twin is None else twin.apply(*args)
+        if torch.is_grad_enabled():
+            for t in args:  # a plain loop: Dynamo traces it, guarding on grad mode and requires_grad
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    return op(*args)
+        return nograd(*args)
 
     return call
 
@@ -223,41 +249,22 @@ def _backward(ctx, grad):
     return grad_a, grad_b, grad_c, None, None, None, None, None, None, None
 
 
-gemm_op.register_autograd(_backward, setup_context=_setup_context)
-call_gemm = _with_functorch_twin(gemm_op, _setup_context, _backward)
+gemm_op, gemm_nograd = _define(
+    "gemm", "(Tensor a, Tensor b, Tensor? c, float alpha, float beta, ScalarType? out_dtype, Tensor? scale_a, "
+    "Tensor? scale_b, str schedule, SymInt? num_sms) -> Tensor", _gemm_kernel, _gemm_fake, _setup_context, _backward)
+call_gemm = _caller(gemm_op, gemm_nograd, _setup_context, _backward)
 autograd_gemm = _eager_autograd(_gemm_kernel, _setup_context, _backward)
-
-
-@torch.library.custom_op("smgemm::gemm_mxfp4", mutates_args=())
-def gemm_mxfp4_op(
-    a: torch.Tensor,
-    a_scales: torch.Tensor | None,
-    w_data: torch.Tensor,
-    w_scales: torch.Tensor,
-    c: torch.Tensor | None,
-    alpha: float,
-    beta: float,
-    out_dtype: torch.dtype | None,
-    schedule: str,
-    num_sms: int | None,
-    a_layout: str = "ocp",
-    w_layout: str = "ocp",
-) -> torch.Tensor:
-    """alpha * a @ w.T + beta * c; w an MXFP4 [N, K] weight (data, scales, byte layout); a bf16/fp16, or MXFP4 with
-    a_scales (and a_layout)."""
-    return _mxfp4_kernel(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout,
-                         w_layout)
 
 
 def _mxfp4_kernel(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout="ocp",
                   w_layout="ocp"):
-    """What smgemm::gemm_mxfp4 computes (`gemm_mxfp4_op`, `autograd_gemm_mxfp4`)."""
+    """What smgemm::gemm_mxfp4 computes (`gemm_mxfp4_op`, `autograd_gemm_mxfp4`): alpha * a @ w.T + beta * c; w an
+    MXFP4 [N, K] weight (data, scales, byte layout); a bf16/fp16, or MXFP4 with a_scales (and a_layout)."""
     a_op = MXFP4Tensor(a, a_scales, a_layout) if a_scales is not None else a
     return gemm_mxfp4(a_op, MXFP4Tensor(w_data, w_scales, w_layout), c=c, alpha=alpha, beta=beta,
                       out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
 
 
-@gemm_mxfp4_op.register_fake
 def _gemm_mxfp4_fake(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout="ocp",
                      w_layout="ocp"):
     check_knobs(schedule, num_sms)
@@ -290,32 +297,21 @@ def _mx_backward(ctx, grad):
     return grad_a, None, None, None, grad_c, None, None, None, None, None, None, None
 
 
-gemm_mxfp4_op.register_autograd(_mx_backward, setup_context=_mx_setup_context)
+gemm_mxfp4_op, gemm_mxfp4_nograd = _define(
+    "gemm_mxfp4", "(Tensor a, Tensor? a_scales, Tensor w_data, Tensor w_scales, Tensor? c, float alpha, float beta, "
+    "ScalarType? out_dtype, str schedule, SymInt? num_sms, str a_layout=\"ocp\", str w_layout=\"ocp\") -> Tensor",
+    _mxfp4_kernel, _gemm_mxfp4_fake, _mx_setup_context, _mx_backward, defaults=("ocp", "ocp"))
+call_gemm_mxfp4 = _caller(gemm_mxfp4_op, gemm_mxfp4_nograd)
 autograd_gemm_mxfp4 = _eager_autograd(_mxfp4_kernel, _mx_setup_context, _mx_backward)
 
 
-@torch.library.custom_op("smgemm::bmm", mutates_args=())
-def bmm_op(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    c: torch.Tensor | None,
-    alpha: float,
-    beta: float,
-    out_dtype: torch.dtype | None,
-    schedule: str,
-    num_sms: int | None,
-) -> torch.Tensor:
-    """alpha * a[i] @ b[i] + beta * c[i], a [B, M, K], b [B, K, N], c broadcastable to [B, M, N]; one launch."""
-    return _bmm_kernel(a, b, c, alpha, beta, out_dtype, schedule, num_sms)
-
-
 def _bmm_kernel(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
-    """What smgemm::bmm computes (`bmm_op`, `autograd_bmm`)."""
+    """What smgemm::bmm computes (`bmm_op`, `autograd_bmm`): alpha * a[i] @ b[i] + beta * c[i], a [B, M, K],
+    b [B, K, N], c broadcastable to [B, M, N]; one launch."""
     check_batched_dims(a, b)
     return gemm(a, b, c=c, alpha=alpha, beta=beta, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
 
 
-@bmm_op.register_fake
 def _bmm_fake(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
     check_knobs(schedule, num_sms)
     checked = check_bmm(a, b, c, beta, None, out_dtype)
@@ -340,10 +336,10 @@ def _bmm_backward(ctx, grad):
     return grad_a, grad_b, grad_c, None, None, None, None, None
 
 
-bmm_op.register_autograd(_bmm_backward, setup_context=_bmm_setup_context)
-
-
-call_bmm = _with_functorch_twin(bmm_op, _bmm_setup_context, _bmm_backward)
+bmm_op, bmm_nograd = _define(
+    "bmm", "(Tensor a, Tensor b, Tensor? c, float alpha, float beta, ScalarType? out_dtype, str schedule, "
+    "SymInt? num_sms) -> Tensor", _bmm_kernel, _bmm_fake, _bmm_setup_context, _bmm_backward)
+call_bmm = _caller(bmm_op, bmm_nograd, _bmm_setup_context, _bmm_backward)
 autograd_bmm = _eager_autograd(_bmm_kernel, _bmm_setup_context, _bmm_backward)
 
 
@@ -363,9 +359,9 @@ def _mxfp4_flops(a_shape, a_scales_shape, w_shape, *args, out_shape=None, **kwar
     return 2 * a_shape[0] * w_shape[0] * w_shape[1] * 2  # w_data packs two values per byte along K
 
 
-register_flop_formula(torch.ops.smgemm.gemm)(_dense_flops)
-register_flop_formula(torch.ops.smgemm.gemm_out)(_dense_flops)
-register_flop_formula(torch.ops.smgemm.gemm_mxfp4)(_mxfp4_flops)
+for _name, _flops in (("gemm", _dense_flops), ("gemm_nograd", _dense_flops), ("gemm_out", _dense_flops),
+                      ("gemm_mxfp4", _mxfp4_flops), ("gemm_mxfp4_nograd", _mxfp4_flops)):  # modes meet both
+    register_flop_formula(getattr(torch.ops.smgemm, _name))(_flops)
 
 
 def _batched_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
@@ -374,6 +370,7 @@ def _batched_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
 
 
 register_flop_formula(torch.ops.smgemm.bmm)(_batched_flops)
+register_flop_formula(torch.ops.smgemm.bmm_nograd)(_batched_flops)
 
 
 # vmap (torch.func) batching rules: a vmapped GEMM is one launch, not torch's fallback loop over the batch. An
@@ -381,7 +378,7 @@ register_flop_formula(torch.ops.smgemm.bmm)(_batched_flops)
 # GEMM of B * M rows); `b` mapped too: one batched launch (`smgemm::bmm`), unmapped operands broadcast along the
 # batch with stride 0. fp8 scales that are mapped, or a mapped MXFP4 weight, run one product per batch element.
 # The rules call the ops themselves: a torch.func transform around the map (vmap of grad) differentiates through
-# the autograd.Function of `_with_functorch_twin`, whose generated vmap rule lands here.
+# the autograd.Function of `_caller`, whose generated vmap rule lands here.
 def _front(x: torch.Tensor | None, dim: int | None) -> torch.Tensor | None:
     return x if x is None or dim is None else x.movedim(dim, 0)
 
@@ -517,13 +514,15 @@ def register_dtensor_rules() -> None:
             result.append(([Partial()], [Shard(red_a), Shard(red_b), None, None, None]))
         return result
 
-    @register_sharding(torch.ops.smgemm.gemm.default)
-    def _gemm_sharding(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
+    def gemm_sharding(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms):
         return [(out, [pa, pb, pc, None, None, None, psa, psb, None, None])
                 for out, (pa, pb, pc, psa, psb) in strategies(a, b, c, scale_a, scale_b, 0)]
 
-    @register_sharding(torch.ops.smgemm.bmm.default)
-    def _bmm_sharding(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
+    def bmm_sharding(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
         return [(out, [pa, pb, pc, None, None, None, None, None])
                 for out, (pa, pb, pc, _, _) in strategies(a, b, c, None, None, 1)]
 
+    for op in (torch.ops.smgemm.gemm, torch.ops.smgemm.gemm_nograd):  # a DTensor meets both (`_define`)
+        register_sharding(op.default)(gemm_sharding)
+    for op in (torch.ops.smgemm.bmm, torch.ops.smgemm.bmm_nograd):
+        register_sharding(op.default)(bmm_sharding)

@@ -211,7 +211,7 @@ def _run_mxfp4(x: torch.Tensor | MXFP4Tensor, w: MXFP4Tensor, bias: torch.Tensor
                 x2.layout if isinstance(x2, MXFP4Tensor) else "ocp", w.layout)
         if where == OP:
             check_mxfp4(x2, w, bias, 1.0, None, out_dtype)  # as the eager path does, before the op
-            y = _library.gemm_mxfp4_op(*args)
+            y = _library.call_gemm_mxfp4(*args)
         else:
             y = _library.autograd_gemm_mxfp4(*args)
     else:
