@@ -6,11 +6,15 @@ a side, alternating, the faster kept, with torch's time (unbudgeted) for referen
 With --square-stages N the other side is instead the planner with `plan._SQUARE_DEEP_STAGES` = N (4: no 5-stage
 128 x 128 tiles), the measurement behind that rule; with --square-rules, the planner without the rules that extend
 those tiles (5 stages beyond three waves, `plan._SQUARE_DEEP_MIN_FILL`; one-wave skinny products,
-`plan._SKINNY_SQUARE_MIN_FILL`) and without their rate (`Rates.square_deep_factor`), the measurement behind those.
+`plan._SKINNY_SQUARE_MIN_FILL`) and without their rate (`Rates.square_deep_factor`), the measurement behind those;
+with --rates NAME=VALUE,..., the planner with those `smgemm.Rates` fields (a refit of the model). --list prints the
+problems whose pick changes and both picks, untimed, on any machine (no GPU: the interpreter's emulated H200).
 
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --num-sms ,32,66
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --seeds 2 --square-stages 4
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --square-rules
+    PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype fp16 --seeds 12 --list \
+        --rates unaligned_loads_per_iter=6100,inplace_run_speedup=1.695
 """
 
 import argparse
@@ -23,7 +27,7 @@ import torch
 import smgemm
 import smgemm._gemm
 import smgemm.plan as P
-from smgemm._device import device_spec
+from smgemm._device import INTERPRETER_SPEC, device_spec
 from smgemm._launch import operands_alignment
 from smgemm.tools.bench import SUITES, _operands, _torch_mm, describe, random_shapes
 from smgemm.tools.timing import copies_for, environment, rel_err, time_rotating
@@ -38,14 +42,22 @@ def main():
                    help="the other side: plan._SQUARE_DEEP_STAGES set to this, not the tile order swapped")
     p.add_argument("--square-rules", action="store_true",
                    help="the other side: the planner without the rules that extend 5-stage 128 x 128 tiles")
+    p.add_argument("--rates", default="", help="the other side: the planner with these Rates fields, NAME=VALUE,...")
+    p.add_argument("--list", action="store_true", help="only list the changed picks (no timing, no GPU needed)")
     args = p.parse_args()
     print(environment())
-    dtype, spec = P.DTYPES[args.dtype], device_spec(torch.device("cuda"))
+    gpu = torch.cuda.is_available()
+    dtype = P.DTYPES[args.dtype]
+    spec = device_spec(torch.device("cuda")) if gpu else INTERPRETER_SPEC
     ours = {"_CANDIDATE_TILES": P._CANDIDATE_TILES, "_TALL_FIRST": P._TALL_FIRST,
             "_SQUARE_DEEP_STAGES": P._SQUARE_DEEP_STAGES, "_SQUARE_DEEP_MIN_FILL": P._SQUARE_DEEP_MIN_FILL,
             "_SKINNY_SQUARE_MIN_FILL": P._SKINNY_SQUARE_MIN_FILL}
     other_rates = None  # the other side's model rates, where they differ
-    if args.square_rules:
+    if args.rates:
+        fields = (field.split("=", 1) for field in args.rates.split(","))
+        other, label = ours, "rates"
+        other_rates = dataclasses.replace(spec.rates, **{name: float(value) for name, value in fields})
+    elif args.square_rules:
         other = {**ours, "_SQUARE_DEEP_MIN_FILL": math.inf, "_SKINNY_SQUARE_MIN_FILL": math.inf}
         other_rates = dataclasses.replace(spec.rates, square_deep_factor=1.0)
         label = "without"
@@ -76,8 +88,7 @@ def main():
     try:
         for budget in budgets:
             for m, n, k, odd in shapes:
-                sets = _operands(m, n, k, dtype, min(4, copies_for(m, n, k, dtype)), odd)
-                a, b = sets[0]
+                a, b = _layout(m, n, k, dtype, odd)
                 ops = operands_alignment(a, b)
                 plans = {}
                 for name in orders:
@@ -86,6 +97,12 @@ def main():
                 use("planner")
                 if plans["planner"] == plans["other"]:
                     continue
+                if args.list or not gpu:
+                    print(f"{budget or 'all':>4} {m}x{n}x{k}{'u' if odd else ''}: {plans['planner']} -> "
+                          f"{plans['other']}", flush=True)
+                    continue
+                sets = _operands(m, n, k, dtype, min(4, copies_for(m, n, k, dtype)), odd)
+                a, b = sets[0]
                 ref = a.float() @ b.float()
                 f = lambda x, y: smgemm.matmul(x, y, num_sms=budget)  # noqa: B023
                 us = {name: math.inf for name in orders}
@@ -108,6 +125,14 @@ def main():
         mean = math.exp(sum(map(math.log, r)) / len(r))
         print(f"budget {budget or 'all'}: {len(r)} picks change; {label} / planner time: geometric mean {mean:.3f}, "
               f"{min(r):.3f}-{max(r):.3f}")
+
+
+def _layout(m: int, n: int, k: int, dtype: torch.dtype, odd: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Meta tensors laid out as `bench._operands` lays out the timed ones (what the planner weighs: shapes, strides,
+    row alignment), with no memory behind them."""
+    pad = 1 - k % 2 if odd else 0
+    return (torch.empty(m, k + pad, dtype=dtype, device="meta")[:, :k],
+            torch.empty(n, k + pad, dtype=dtype, device="meta")[:, :k].t())
 
 
 if __name__ == "__main__":
