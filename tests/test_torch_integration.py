@@ -292,6 +292,32 @@ def test_compiled_graphs_call_the_ops_without_autograd(batched, device):
     assert f"{name}_nograd.default" in backward[0] and f"{name}.default" not in backward[0]
 
 
+def test_a_compiled_graph_without_gradients_is_not_reused_for_them(device):
+    """A function compiled where nothing required grad (its graph calls `gemm_nograd`, which records nothing) is
+    compiled again once an input requires grad (Dynamo guards on grad mode and requires_grad), so the gradients
+    come, with the values of the eager ones."""
+    import warnings
+
+    torch._dynamo.reset()
+    x, w = randn((4, 16), torch.float32, device), randn((8, 16), torch.float32, device)
+    f = torch.compile(lambda x, w: smgemm.linear(x, w), backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        f(x, w)
+    f(x, w)
+    grads = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # torch warns where it backprops through an op without autograd
+        for which in (0, 1):
+            args = [x, w]
+            args[which] = args[which].clone().requires_grad_()
+            f(*args).square().sum().backward()
+            grads.append(args[which].grad)
+    x_ref, w_ref = x.clone().requires_grad_(), w.clone().requires_grad_()
+    torch.nn.functional.linear(x_ref, w_ref).square().sum().backward()
+    torch.testing.assert_close(grads[0], x_ref.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grads[1], w_ref.grad, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.gpu
 def test_module_backward_and_compile_on_second_gpu():
     if torch.cuda.device_count() < 2:
