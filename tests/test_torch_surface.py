@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import smgemm
-from reference import randn
+from reference import assert_gemm_close, randn
 
 AUTOCAST_DTYPES = [torch.bfloat16, torch.float16]
 
@@ -192,6 +192,38 @@ def test_fake_and_meta_tensors_get_shapes():
     assert y.shape == (2, 5, 8)
     m = smgemm.matmul(torch.empty(16, 32, device="meta"), torch.empty(32, 8, device="meta"))
     assert m.shape == (16, 8) and m.device.type == "meta"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_forward_mode_ad_gives_the_tangent(dtype, device):
+    """Forward-mode AD through addmm, matmul (a repeated call, which the eager fast path would compute without its
+    tangent), linear, bmm and an MXFP4 linear, with dual tensors (`torch.autograd.forward_ad`) and `torch.func.jvp`:
+    the tangent is alpha * (dA @ B + A @ dB) + beta * dC, checked against float64 as one product of twice the K."""
+    import torch.autograd.forward_ad as fwAD
+
+    m, n, k = 24, 40, 64
+    a, ta, c, tc = (randn(shape, dtype, device) for shape in ((m, k), (m, k), (m, n), (m, n)))
+    b, tb = (randn((n, k), dtype, device).t() for _ in range(2))
+    with fwAD.dual_level():
+        y = smgemm.addmm(fwAD.make_dual(c, tc), fwAD.make_dual(a, ta), fwAD.make_dual(b, tb), alpha=0.5, beta=2.0)
+        primal, tangent = fwAD.unpack_dual(y)
+    assert_gemm_close(primal, a, b, alpha=0.5, beta=2.0, c=c)
+    assert_gemm_close(tangent, torch.cat([ta, a], 1), torch.cat([b, tb], 0), alpha=0.5, beta=2.0, c=tc)
+    smgemm.matmul(a, b)  # remembered: a repeat would launch at once
+    with fwAD.dual_level():
+        assert_gemm_close(fwAD.unpack_dual(smgemm.matmul(fwAD.make_dual(a, ta), b)).tangent, ta, b)
+    _, tangent = torch.func.jvp(lambda w: smgemm.linear(a, w), (b.t(),), (tb.t(),))
+    assert_gemm_close(tangent, a, tb)
+    a3, ta3, b3, tb3 = (randn(shape, dtype, device) for shape in ((2, m, k), (2, m, k), (2, k, n), (2, k, n)))
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(smgemm.bmm(fwAD.make_dual(a3, ta3), fwAD.make_dual(b3, tb3))).tangent
+    for i in range(2):
+        assert_gemm_close(tangent[i], torch.cat([ta3[i], a3[i]], 1), torch.cat([b3[i], tb3[i]], 0))
+    w = smgemm.quantize_mxfp4(torch.randn(n, k)).to(device)
+    x, tx = a.half(), ta.half()
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(smgemm.linear(fwAD.make_dual(x, tx), w)).tangent
+    assert_gemm_close(tangent, tx, w.dequantize(torch.float32).t())
 
 
 @pytest.mark.filterwarnings("error:There is a performance drop")  # torch's per-element fallback: a batching rule

@@ -25,6 +25,7 @@ contiguous); dC = beta * dD summed to C's broadcast shape.
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch.utils.flop_counter import register_flop_formula
 
 from ._checks import check_batched_dims, check_bmm, check_gemm, check_knobs, check_mxfp4
@@ -80,12 +81,13 @@ KERNEL, AUTOGRAD, OP = 0, 1, 2
 def route(*tensors) -> int:
     """OP where a call must go through the custom op: torch.compile traces it, or a torch subsystem must see it (a
     dispatch or function mode such as FakeTensorMode or FlopCounterMode, a tensor subclass such as DTensor, a
-    functorch transform such as vmap or grad, a meta tensor); else AUTOGRAD where autograd must record it, else
-    KERNEL. Cheap C queries first and one pass over the tensors: this runs on every eager call."""
+    functorch transform such as vmap or grad, a forward-AD dual level, a meta tensor); else AUTOGRAD where autograd
+    must record it, else KERNEL. Cheap C queries first and one pass over the tensors: this runs on every eager
+    call."""
     if torch.compiler.is_compiling():  # first: Dynamo cannot trace the C queries below
         return OP
     if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() or (
-            _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None):
+            _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None) or _forward_ad._current_level >= 0:
         return OP
     grad = torch.is_grad_enabled()
     route = KERNEL
@@ -120,15 +122,17 @@ def plain_kernel(a, b, c) -> bool:
         return False
     return not (queries._len_torch_dispatch_stack() or queries._is_torch_function_mode_enabled() or
                 queries._is_any_autocast_enabled() or (_FUNCTORCH is not None and
-                                                       _FUNCTORCH.maybe_current_level() is not None))
+                                                       _FUNCTORCH.maybe_current_level() is not None)
+                or _forward_ad._current_level >= 0)
 
 
-def _eager_autograd(kernel, setup_context, backward, name: str = "Eager"):
+def _eager_autograd(kernel, setup_context, backward, jvp, name: str = "Eager"):
     """`apply` of an autograd.Function running `kernel` (what a custom op wraps) with the op's backward: for eager calls
     that only autograd must record (no torch.compile, torch mode, functorch transform or tensor subclass: those take
     the op, `route`). It skips the dispatcher and torch.library's generated autograd wrapper. The Function saves its
     context in forward and is applied through the C base's apply: `Function.apply`'s per-call signature binding
-    (inspect.signature) and functorch unwrapping serve calls this route never takes."""
+    (inspect.signature) and functorch unwrapping serve calls this route never takes. `jvp`: the op's forward-mode
+    derivative (`torch.autograd.forward_ad`)."""
 
     def forward(ctx, *args):
         out = kernel(*args)
@@ -138,6 +142,7 @@ def _eager_autograd(kernel, setup_context, backward, name: str = "Eager"):
     eager = type(name, (torch.autograd.Function,), {
         "forward": staticmethod(forward),
         "backward": staticmethod(lambda ctx, grad: backward(ctx, grad)),
+        "jvp": staticmethod(lambda ctx, *tangents: jvp(ctx, *tangents)),
     })
     return super(torch.autograd.Function, eager).apply
 
@@ -145,11 +150,12 @@ def _eager_autograd(kernel, setup_context, backward, name: str = "Eager"):
 _LIB = torch.library.Library("smgemm", "FRAGMENT")
 
 
-def _define(name: str, schema: str, kernel, fake, setup_context, backward, defaults: tuple = ()):
+def _define(name: str, schema: str, kernel, fake, setup_context, backward, jvp, defaults: tuple = ()):
     """Define smgemm::NAME, the differentiable op, and smgemm::NAME_nograd, the same computation (`kernel`, output
     metadata from `fake`) with no autograd kernel of its own; returns both ops' overloads.
 
-    NAME's autograd kernel runs NAME_nograd, recorded with `backward` where an input requires grad: so autograd sees
+    NAME's autograd kernel runs NAME_nograd, recorded with `backward` (and `jvp` under a forward-AD dual level) where an
+    input requires grad: so autograd sees
     NAME, and what runs below it (torch modes, tensor subclasses, the graphs torch.compile and torch.export trace)
     is NAME_nograd, which a compiled graph calls through the dispatcher's C++ path and one Python function: ~2.8 us of
     host time a call on the CPU where a `torch.library.custom_op`, whose generated autograd kernel and aliasing
@@ -162,13 +168,13 @@ def _define(name: str, schema: str, kernel, fake, setup_context, backward, defau
         _LIB.impl(op_name, kernel, "CompositeExplicitAutograd")
         torch.library.register_fake(f"smgemm::{op_name}", fake, lib=_LIB)
     nograd = getattr(torch.ops.smgemm, f"{name}_nograd").default
-    recorded = _eager_autograd(nograd, setup_context, backward, f"smgemm_{name}")  # grad_fn smgemm_NAMEBackward
+    recorded = _eager_autograd(nograd, setup_context, backward, jvp, f"smgemm_{name}")  # grad_fn smgemm_NAMEBackward
     arity = len(nograd._schema.arguments)
 
     def autograd_kernel(*args):
         if len(args) < arity:
             args = (*args, *defaults[len(defaults) - (arity - len(args)):])
-        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+        if (torch.is_grad_enabled() and torch._C._any_requires_grad(*args)) or _forward_ad._current_level >= 0:
             return recorded(*args)
         return nograd(*args)
 
@@ -176,22 +182,26 @@ def _define(name: str, schema: str, kernel, fake, setup_context, backward, defau
     return getattr(torch.ops.smgemm, name).default, nograd
 
 
-def _caller(op, nograd, setup_context=None, backward=None):
+def _caller(op, nograd, setup_context=None, backward=None, jvp=None):
     """A caller of op smgemm::NAME for the calls that go through the dispatcher (`route` OP): NAME where autograd
-    must record the call, else NAME_nograd (`_define`), so that a graph torch.compile traces without gradients
-    holds NAME_nograd too. Under a torch.func transform (grad, vjp, vmap, ...), given NAME's `setup_context` and
-    `backward`, an autograd.Function that runs NAME with them (the ops' autograd kernels do not serve those
-    transforms, and vmap of one would loop over the batch, torch's fallback for the op); without them, NAME."""
+    must record the call (or a forward-AD dual level is active), else NAME_nograd (`_define`), so that a graph
+    torch.compile traces without gradients holds NAME_nograd too. Under a torch.func transform (grad, vjp, jvp,
+    vmap, ...), given NAME's `setup_context`, `backward` and `jvp`, an autograd.Function that runs NAME with them
+    (the ops' autograd kernels do not serve those transforms, and vmap of one would loop over the batch, torch's
+    fallback for the op); without them, NAME."""
     twin = None if backward is None else type("Twin", (torch.autograd.Function,), {
         "generate_vmap_rule": True,
         "forward": staticmethod(lambda *args: op(*args)),
         "setup_context": staticmethod(lambda ctx, inputs, output: setup_context(ctx, inputs, output)),
         "backward": staticmethod(lambda ctx, grad: backward(ctx, grad)),
+        "jvp": staticmethod(lambda ctx, *tangents: jvp(ctx, *tangents)),
     })
 
     def call(*args) -> torch.Tensor:
         if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
             return op(*args) if twin is None else twin.apply(*args)
+        if _forward_ad._current_level >= 0:  # dual tensors: NAME's forward-mode derivative
+            return op(*args)
         if torch.is_grad_enabled():
             for t in args:  # a plain loop: Dynamo traces it, guarding on grad mode and requires_grad
                 if isinstance(t, torch.Tensor) and t.requires_grad:
@@ -229,9 +239,36 @@ def _grad_c(ctx, grad: torch.Tensor) -> torch.Tensor:
     return (grad * ctx.beta).sum_to_size(ctx.c_shape).to(ctx.c_dtype)
 
 
+def _forward_ad_active() -> bool:
+    """Whether a forward-mode derivative may be asked of the call being recorded: a forward-AD dual level
+    (`torch.autograd.forward_ad`) or a torch.func transform is active. Only then does a context keep its primal
+    inputs for `jvp` (saved tensors are for the backward)."""
+    return _forward_ad._current_level >= 0 or (_FUNCTORCH is not None and
+                                                _FUNCTORCH.maybe_current_level() is not None)
+
+
+def _primal(t: torch.Tensor) -> torch.Tensor:
+    """`t` without its forward-AD tangent (a jvp's products are of primal values)."""
+    return _forward_ad.unpack_dual(t).primal if _forward_ad._current_level >= 0 else t
+
+
+def _tangent_sum(ctx, parts: list, tc) -> torch.Tensor:
+    """A jvp's output tangent: the fp32 `parts` (products with alpha applied) plus beta * dC, in D's dtype and shape
+    (torch has one forward-AD dual level at a time)."""
+    total = torch.zeros(ctx.out_shape, dtype=torch.float32, device=ctx.out_device)
+    for part in parts:
+        total = total + part
+    if tc is not None:
+        total = total + ctx.beta * tc.float()
+    return total.to(ctx.out_dtype)
+
+
 def _setup_context(ctx, inputs, output):
     a, b, c, alpha, beta, _, scale_a, scale_b, schedule, num_sms = inputs
     ctx.save_for_backward(a, b)
+    if _forward_ad_active():
+        ctx.primals = (a, b)
+        ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
     ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
     ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
     ctx.scaled = a.dtype == _FP8 or scale_a is not None or scale_b is not None
@@ -249,11 +286,22 @@ def _backward(ctx, grad):
     return grad_a, grad_b, grad_c, None, None, None, None, None, None, None
 
 
+def _jvp(ctx, ta, tb, tc, *others):
+    """Forward mode: dD = alpha * (dA @ B + A @ dB) + beta * dC, each product in fp32 by the same kernel."""
+    if ctx.scaled and (ta is not None or tb is not None or any(t is not None for t in others)):
+        raise NotImplementedError("smgemm: autograd through float8 GEMMs and their scales is not supported")
+    a, b = (_primal(t) for t in ctx.primals)
+    parts = [_product(x.to(a.dtype), y.to(a.dtype), ctx.alpha, torch.float32, ctx.schedule, ctx.num_sms)
+             for x, y in ((ta, b), (a, tb)) if x is not None and y is not None]
+    return _tangent_sum(ctx, parts, tc)
+
+
 gemm_op, gemm_nograd = _define(
     "gemm", "(Tensor a, Tensor b, Tensor? c, float alpha, float beta, ScalarType? out_dtype, Tensor? scale_a, "
-    "Tensor? scale_b, str schedule, SymInt? num_sms) -> Tensor", _gemm_kernel, _gemm_fake, _setup_context, _backward)
-call_gemm = _caller(gemm_op, gemm_nograd, _setup_context, _backward)
-autograd_gemm = _eager_autograd(_gemm_kernel, _setup_context, _backward)
+    "Tensor? scale_b, str schedule, SymInt? num_sms) -> Tensor", _gemm_kernel, _gemm_fake, _setup_context, _backward,
+    _jvp)
+call_gemm = _caller(gemm_op, gemm_nograd, _setup_context, _backward, _jvp)
+autograd_gemm = _eager_autograd(_gemm_kernel, _setup_context, _backward, _jvp)
 
 
 def _mxfp4_kernel(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, schedule, num_sms, a_layout="ocp",
@@ -279,6 +327,9 @@ def _mx_setup_context(ctx, inputs, output):
     ctx.a_dtype = a.dtype
     ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
     ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
+    if _forward_ad_active():
+        ctx.weight = (w_data, w_scales)
+        ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
 
 
 def _mx_backward(ctx, grad):
@@ -297,12 +348,23 @@ def _mx_backward(ctx, grad):
     return grad_a, None, None, None, grad_c, None, None, None, None, None, None, None
 
 
+def _mx_jvp(ctx, ta, *others):
+    """Forward mode: dD = alpha * dA @ W^T + beta * dC (W dequantized as in `_mx_backward`; the MXFP4 bytes and
+    scales carry no tangent)."""
+    tc = others[3]
+    parts = []
+    if ta is not None:
+        w = MXFP4Tensor(*(_primal(t) for t in ctx.weight), ctx.w_layout).dequantize(ctx.a_dtype)
+        parts.append(_product(ta.to(ctx.a_dtype), w.t(), ctx.alpha, torch.float32, ctx.schedule, ctx.num_sms))
+    return _tangent_sum(ctx, parts, tc)
+
+
 gemm_mxfp4_op, gemm_mxfp4_nograd = _define(
     "gemm_mxfp4", "(Tensor a, Tensor? a_scales, Tensor w_data, Tensor w_scales, Tensor? c, float alpha, float beta, "
     "ScalarType? out_dtype, str schedule, SymInt? num_sms, str a_layout=\"ocp\", str w_layout=\"ocp\") -> Tensor",
-    _mxfp4_kernel, _gemm_mxfp4_fake, _mx_setup_context, _mx_backward, defaults=("ocp", "ocp"))
+    _mxfp4_kernel, _gemm_mxfp4_fake, _mx_setup_context, _mx_backward, _mx_jvp, defaults=("ocp", "ocp"))
 call_gemm_mxfp4 = _caller(gemm_mxfp4_op, gemm_mxfp4_nograd)
-autograd_gemm_mxfp4 = _eager_autograd(_mxfp4_kernel, _mx_setup_context, _mx_backward)
+autograd_gemm_mxfp4 = _eager_autograd(_mxfp4_kernel, _mx_setup_context, _mx_backward, _mx_jvp)
 
 
 def _bmm_kernel(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
@@ -321,6 +383,9 @@ def _bmm_fake(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
 def _bmm_setup_context(ctx, inputs, output):
     a, b, c, alpha, beta, _, schedule, num_sms = inputs
     ctx.save_for_backward(a, b)
+    if _forward_ad_active():
+        ctx.primals = (a, b)
+        ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
     ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
     ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
 
@@ -336,11 +401,19 @@ def _bmm_backward(ctx, grad):
     return grad_a, grad_b, grad_c, None, None, None, None, None
 
 
+def _bmm_jvp(ctx, ta, tb, tc, *_):
+    """Forward mode: dD[i] = alpha * (dA[i] @ B[i] + A[i] @ dB[i]) + beta * dC[i], each product in fp32."""
+    a, b = (_primal(t) for t in ctx.primals)
+    parts = [_batched_product(x.to(a.dtype), y.to(a.dtype), ctx.alpha, torch.float32, ctx.schedule, ctx.num_sms)
+             for x, y in ((ta, b), (a, tb)) if x is not None and y is not None]
+    return _tangent_sum(ctx, parts, tc)
+
+
 bmm_op, bmm_nograd = _define(
     "bmm", "(Tensor a, Tensor b, Tensor? c, float alpha, float beta, ScalarType? out_dtype, str schedule, "
-    "SymInt? num_sms) -> Tensor", _bmm_kernel, _bmm_fake, _bmm_setup_context, _bmm_backward)
-call_bmm = _caller(bmm_op, bmm_nograd, _bmm_setup_context, _bmm_backward)
-autograd_bmm = _eager_autograd(_bmm_kernel, _bmm_setup_context, _bmm_backward)
+    "SymInt? num_sms) -> Tensor", _bmm_kernel, _bmm_fake, _bmm_setup_context, _bmm_backward, _bmm_jvp)
+call_bmm = _caller(bmm_op, bmm_nograd, _bmm_setup_context, _bmm_backward, _bmm_jvp)
+autograd_bmm = _eager_autograd(_bmm_kernel, _bmm_setup_context, _bmm_backward, _bmm_jvp)
 
 
 def _batched_product(x: torch.Tensor, y: torch.Tensor, alpha: float, out_dtype: torch.dtype, schedule: str,
