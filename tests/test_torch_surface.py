@@ -226,6 +226,27 @@ def test_forward_mode_ad_gives_the_tangent(dtype, device):
     assert_gemm_close(tangent, tx, w.dequantize(torch.float32).t())
 
 
+def test_hessian_forward_over_reverse(device):
+    """torch.func.hessian (jacfwd of jacrev: the backward's products differentiated in forward mode under vmap) and a
+    dual tensor through a gradient taken with create_graph, against the same with F.linear."""
+    import torch.autograd.forward_ad as fwAD
+
+    w, x = randn((5, 6), torch.float32, device), randn((3, 6), torch.float32, device)
+
+    def loss(linear):
+        return lambda x: linear(x, w).square().sum()
+
+    want = torch.func.hessian(loss(F.linear))(x)
+    torch.testing.assert_close(torch.func.hessian(loss(smgemm.linear))(x), want, rtol=1e-4, atol=1e-4)
+    tangents = []
+    for linear in (smgemm.linear, F.linear):
+        xg = x.clone().requires_grad_()
+        with fwAD.dual_level():
+            (g,) = torch.autograd.grad(loss(linear)(fwAD.make_dual(xg, torch.ones_like(xg))), xg, create_graph=True)
+            tangents.append(fwAD.unpack_dual(g).tangent)
+    torch.testing.assert_close(tangents[0], tangents[1], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.filterwarnings("error:There is a performance drop")  # torch's per-element fallback: a batching rule
 def test_torch_func_grad_and_per_sample_grads(device):
     from torch.func import functional_call, grad, vmap

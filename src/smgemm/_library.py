@@ -241,15 +241,18 @@ def _grad_c(ctx, grad: torch.Tensor) -> torch.Tensor:
 
 def _forward_ad_active() -> bool:
     """Whether a forward-mode derivative may be asked of the call being recorded: a forward-AD dual level
-    (`torch.autograd.forward_ad`) or a torch.func transform is active. Only then does a context keep its primal
-    inputs for `jvp` (saved tensors are for the backward)."""
+    (`torch.autograd.forward_ad`) or a torch.func transform is active. Only then does a context save its inputs
+    for `jvp` too (`save_for_forward`)."""
     return _forward_ad._current_level >= 0 or (_FUNCTORCH is not None and
                                                 _FUNCTORCH.maybe_current_level() is not None)
 
 
 def _primal(t: torch.Tensor) -> torch.Tensor:
-    """`t` without its forward-AD tangent (a jvp's products are of primal values)."""
-    return _forward_ad.unpack_dual(t).primal if _forward_ad._current_level >= 0 else t
+    """`t` without its forward-AD tangent (a jvp's products are of primal values); under a torch.func transform,
+    which hands a jvp its inputs unwrapped, `t` itself."""
+    if _forward_ad._current_level < 0 or (_FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None):
+        return t
+    return _forward_ad.unpack_dual(t).primal
 
 
 def _tangent_sum(ctx, parts: list, tc) -> torch.Tensor:
@@ -267,7 +270,7 @@ def _setup_context(ctx, inputs, output):
     a, b, c, alpha, beta, _, scale_a, scale_b, schedule, num_sms = inputs
     ctx.save_for_backward(a, b)
     if _forward_ad_active():
-        ctx.primals = (a, b)
+        ctx.save_for_forward(a, b)
         ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
     ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
     ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
@@ -290,7 +293,7 @@ def _jvp(ctx, ta, tb, tc, *others):
     """Forward mode: dD = alpha * (dA @ B + A @ dB) + beta * dC, each product in fp32 by the same kernel."""
     if ctx.scaled and (ta is not None or tb is not None or any(t is not None for t in others)):
         raise NotImplementedError("smgemm: autograd through float8 GEMMs and their scales is not supported")
-    a, b = (_primal(t) for t in ctx.primals)
+    a, b = (_primal(t) for t in ctx.saved_tensors)
     parts = [_product(x.to(a.dtype), y.to(a.dtype), ctx.alpha, torch.float32, ctx.schedule, ctx.num_sms)
              for x, y in ((ta, b), (a, tb)) if x is not None and y is not None]
     return _tangent_sum(ctx, parts, tc)
@@ -328,7 +331,7 @@ def _mx_setup_context(ctx, inputs, output):
     ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
     ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
     if _forward_ad_active():
-        ctx.weight = (w_data, w_scales)
+        ctx.save_for_forward(w_data, w_scales)
         ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
 
 
@@ -354,7 +357,7 @@ def _mx_jvp(ctx, ta, *others):
     tc = others[3]
     parts = []
     if ta is not None:
-        w = MXFP4Tensor(*(_primal(t) for t in ctx.weight), ctx.w_layout).dequantize(ctx.a_dtype)
+        w = MXFP4Tensor(*(_primal(t) for t in ctx.saved_tensors), ctx.w_layout).dequantize(ctx.a_dtype)
         parts.append(_product(ta.to(ctx.a_dtype), w.t(), ctx.alpha, torch.float32, ctx.schedule, ctx.num_sms))
     return _tangent_sum(ctx, parts, tc)
 
@@ -384,7 +387,7 @@ def _bmm_setup_context(ctx, inputs, output):
     a, b, c, alpha, beta, _, schedule, num_sms = inputs
     ctx.save_for_backward(a, b)
     if _forward_ad_active():
-        ctx.primals = (a, b)
+        ctx.save_for_forward(a, b)
         ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
     ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
     ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
@@ -403,7 +406,7 @@ def _bmm_backward(ctx, grad):
 
 def _bmm_jvp(ctx, ta, tb, tc, *_):
     """Forward mode: dD[i] = alpha * (dA[i] @ B[i] + A[i] @ dB[i]) + beta * dC[i], each product in fp32."""
-    a, b = (_primal(t) for t in ctx.primals)
+    a, b = (_primal(t) for t in ctx.saved_tensors)
     parts = [_batched_product(x.to(a.dtype), y.to(a.dtype), ctx.alpha, torch.float32, ctx.schedule, ctx.num_sms)
              for x, y in ((ta, b), (a, tb)) if x is not None and y is not None]
     return _tangent_sum(ctx, parts, tc)
