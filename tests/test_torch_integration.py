@@ -43,6 +43,27 @@ def test_opcheck_gemm_out(device):
     torch.library.opcheck(GEMM_OUT, (a, b, None, 1.0, 0.0, None, None, "persistent", 2, out))
 
 
+def test_opcheck_bmm_mxfp4_and_the_twins_without_autograd(device):
+    """The batched and MXFP4 ops with their autograd, and each op's twin without autograd (what compiled graphs call):
+    schema, fake kernel against the real one, and AOTAutograd with dynamic shapes."""
+    a3 = randn((2, 8, 16), torch.float16, device).requires_grad_()
+    b3 = randn((2, 16, 12), torch.float16, device)
+    w = smgemm.quantize_mxfp4(torch.randn(12, 64)).to(device)
+    x = randn((8, 64), torch.float16, device).requires_grad_()
+    a, b = randn((8, 16), torch.float32, device), randn((16, 12), torch.float32, device)
+    twins = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")  # no autograd to register
+    torch.library.opcheck(torch.ops.smgemm.bmm.default, (a3, b3, None, 1.0, 0.0, None, "auto", None))
+    torch.library.opcheck(torch.ops.smgemm.gemm_mxfp4.default,
+                          (x, None, w.data, w.scales, None, 1.0, 0.0, None, "auto", None, "ocp", w.layout))
+    torch.library.opcheck(torch.ops.smgemm.gemm_nograd.default, (a, b, None, 0.5, 2.0, None, None, None, "auto", 3),
+                          test_utils=twins)
+    torch.library.opcheck(torch.ops.smgemm.bmm_nograd.default, (a3.detach(), b3, None, 1.0, 0.0, None, "auto", None),
+                          test_utils=twins)
+    torch.library.opcheck(torch.ops.smgemm.gemm_mxfp4_nograd.default,
+                          (x.detach(), None, w.data, w.scales, None, 1.0, 0.0, None, "auto", None, "ocp", w.layout),
+                          test_utils=twins)
+
+
 def _counting(backend="aot_eager"):
     from torch._dynamo.testing import CompileCounterWithBackend
 
