@@ -289,14 +289,20 @@ def _backward(ctx, grad):
     return grad_a, grad_b, grad_c, None, None, None, None, None, None, None
 
 
-def _jvp(ctx, ta, tb, tc, *others):
-    """Forward mode: dD = alpha * (dA @ B + A @ dB) + beta * dC, each product in fp32 by the same kernel."""
-    if ctx.scaled and (ta is not None or tb is not None or any(t is not None for t in others)):
-        raise NotImplementedError("smgemm: autograd through float8 GEMMs and their scales is not supported")
+def _product_rule(ctx, product, ta, tb, tc) -> torch.Tensor:
+    """A jvp's tangent dD = alpha * (dA @ B + A @ dB) + beta * dC, each product in fp32 by `product` (`_product`, or
+    `_batched_product` matrix by matrix)."""
     a, b = (_primal(t) for t in ctx.saved_tensors)
-    parts = [_product(x.to(a.dtype), y.to(a.dtype), ctx.alpha, torch.float32, ctx.schedule, ctx.num_sms)
+    parts = [product(x.to(a.dtype), y.to(a.dtype), ctx.alpha, torch.float32, ctx.schedule, ctx.num_sms)
              for x, y in ((ta, b), (a, tb)) if x is not None and y is not None]
     return _tangent_sum(ctx, parts, tc)
+
+
+def _jvp(ctx, ta, tb, tc, *others):
+    """Forward mode (`_product_rule`); float8 products and their scales are refused as in `_backward`."""
+    if ctx.scaled and (ta is not None or tb is not None or any(t is not None for t in others)):
+        raise NotImplementedError("smgemm: autograd through float8 GEMMs and their scales is not supported")
+    return _product_rule(ctx, _product, ta, tb, tc)
 
 
 gemm_op, gemm_nograd = _define(
@@ -405,11 +411,8 @@ def _bmm_backward(ctx, grad):
 
 
 def _bmm_jvp(ctx, ta, tb, tc, *_):
-    """Forward mode: dD[i] = alpha * (dA[i] @ B[i] + A[i] @ dB[i]) + beta * dC[i], each product in fp32."""
-    a, b = (_primal(t) for t in ctx.saved_tensors)
-    parts = [_batched_product(x.to(a.dtype), y.to(a.dtype), ctx.alpha, torch.float32, ctx.schedule, ctx.num_sms)
-             for x, y in ((ta, b), (a, tb)) if x is not None and y is not None]
-    return _tangent_sum(ctx, parts, tc)
+    """Forward mode, each matrix of the batch as in `_jvp`."""
+    return _product_rule(ctx, _batched_product, ta, tb, tc)
 
 
 bmm_op, bmm_nograd = _define(
