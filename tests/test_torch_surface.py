@@ -226,6 +226,22 @@ def test_forward_mode_ad_gives_the_tangent(dtype, device):
     assert_gemm_close(tangent, tx, w.dequantize(torch.float32).t())
 
 
+def test_torch_func_through_an_mxfp4_weight(device):
+    """torch.func.grad, jvp and vmap of a linear with an MXFP4 weight (the activations differentiated; the weight is
+    frozen): the gradient as eager autograd's, the tangent and the mapped rows against float64 on the dequantized
+    weight."""
+    w = smgemm.quantize_mxfp4(torch.randn(16, 64)).to(device)
+    x, tx = randn((4, 64), torch.float16, device), randn((4, 64), torch.float16, device)
+    grad = torch.func.grad(lambda x: smgemm.linear(x, w).float().square().sum())(x)
+    x_ref = x.clone().requires_grad_()
+    smgemm.linear(x_ref, w).float().square().sum().backward()
+    torch.testing.assert_close(grad, x_ref.grad)
+    _, tangent = torch.func.jvp(lambda x: smgemm.linear(x, w), (x,), (tx,))
+    assert_gemm_close(tangent, tx, w.dequantize(torch.float32).t())
+    rows = torch.func.vmap(lambda row: smgemm.linear(row, w))(x.unsqueeze(1)).squeeze(1)
+    assert_gemm_close(rows, x, w.dequantize(torch.float32).t())
+
+
 def test_hessian_forward_over_reverse(device):
     """torch.func.hessian (jacfwd of jacrev: the backward's products differentiated in forward mode under vmap) and a
     dual tensor through a gradient taken with create_graph, against the same with F.linear."""

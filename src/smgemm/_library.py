@@ -182,14 +182,14 @@ def _define(name: str, schema: str, kernel, fake, setup_context, backward, jvp, 
     return getattr(torch.ops.smgemm, name).default, nograd
 
 
-def _caller(op, nograd, setup_context=None, backward=None, jvp=None):
+def _caller(op, nograd, setup_context, backward, jvp):
     """A caller of op smgemm::NAME for the calls that go through the dispatcher (`route` OP): NAME where autograd
     must record the call (or a forward-AD dual level is active), else NAME_nograd (`_define`), so that a graph
     torch.compile traces without gradients holds NAME_nograd too. Under a torch.func transform (grad, vjp, jvp,
-    vmap, ...), given NAME's `setup_context`, `backward` and `jvp`, an autograd.Function that runs NAME with them
-    (the ops' autograd kernels do not serve those transforms, and vmap of one would loop over the batch, torch's
-    fallback for the op); without them, NAME."""
-    twin = None if backward is None else type("Twin", (torch.autograd.Function,), {
+    vmap, ...), an autograd.Function that runs NAME with its `setup_context`, `backward` and `jvp` (the ops'
+    autograd kernels do not serve those transforms, and vmap of one would loop over the batch, torch's fallback for
+    the op)."""
+    twin = type("Twin", (torch.autograd.Function,), {
         "generate_vmap_rule": True,
         "forward": staticmethod(lambda *args: op(*args)),
         "setup_context": staticmethod(lambda ctx, inputs, output: setup_context(ctx, inputs, output)),
@@ -199,7 +199,7 @@ def _caller(op, nograd, setup_context=None, backward=None, jvp=None):
 
     def call(*args) -> torch.Tensor:
         if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
-            return op(*args) if twin is None else twin.apply(*args)
+            return twin.apply(*args)
         if _forward_ad._current_level >= 0:  # dual tensors: NAME's forward-mode derivative
             return op(*args)
         if torch.is_grad_enabled():
@@ -372,7 +372,7 @@ gemm_mxfp4_op, gemm_mxfp4_nograd = _define(
     "gemm_mxfp4", "(Tensor a, Tensor? a_scales, Tensor w_data, Tensor w_scales, Tensor? c, float alpha, float beta, "
     "ScalarType? out_dtype, str schedule, SymInt? num_sms, str a_layout=\"ocp\", str w_layout=\"ocp\") -> Tensor",
     _mxfp4_kernel, _gemm_mxfp4_fake, _mx_setup_context, _mx_backward, _mx_jvp, defaults=("ocp", "ocp"))
-call_gemm_mxfp4 = _caller(gemm_mxfp4_op, gemm_mxfp4_nograd)
+call_gemm_mxfp4 = _caller(gemm_mxfp4_op, gemm_mxfp4_nograd, _mx_setup_context, _mx_backward, _mx_jvp)
 autograd_gemm_mxfp4 = _eager_autograd(_mxfp4_kernel, _mx_setup_context, _mx_backward, _mx_jvp)
 
 
