@@ -3,11 +3,9 @@
 They are what `torch.compile` traces (an opaque op with a fake implementation: no graph break, dynamic M),
 what autograd differentiates, and what CUDA graphs capture. Each differentiable op NAME has a twin NAME_nograd
 without autograd, which is what runs below NAME's autograd kernel and what compiled graphs call (`_define`,
-`_caller`).
-Eager calls that no torch subsystem must see skip the dispatcher (`route`): they call `gemm` directly, ~10 us less
-host time, or, where autograd must record them, `autograd_gemm` / `autograd_bmm` / `autograd_gemm_mxfp4`, the same
-kernel under an autograd.Function with the op's backward (a linear's forward with a grad-requiring weight, the launch
-stubbed on the CPU: 39 against 90 us through the op). A backward's products are routed the same way (`_routed`).
+`_caller`). Eager calls that no torch subsystem must see skip the dispatcher (`route`): they call `gemm` directly,
+or, where autograd must record them, `autograd_gemm` / `autograd_bmm` / `autograd_gemm_mxfp4`, the same kernel
+under an autograd.Function with the op's backward. A backward's products are routed the same way (`_routed`).
 
     smgemm::gemm(a, b, c, alpha, beta, out_dtype, scale_a, scale_b, schedule, num_sms) -> Tensor
     smgemm::gemm_out(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, out!) -> ()
@@ -79,7 +77,7 @@ KERNEL, AUTOGRAD, OP = 0, 1, 2
 
 
 def route(*tensors) -> int:
-    """OP where a call must go through the custom op: torch.compile traces it, or a torch subsystem must see it (a
+    """OP where a call must go through the op: torch.compile traces it, or a torch subsystem must see it (a
     dispatch or function mode such as FakeTensorMode or FlopCounterMode, a tensor subclass such as DTensor, a
     functorch transform such as vmap or grad, a forward-AD dual level, a meta tensor); else AUTOGRAD where autograd
     must record it, else KERNEL. Cheap C queries first and one pass over the tensors: this runs on every eager
@@ -127,7 +125,7 @@ def plain_kernel(a, b, c) -> bool:
 
 
 def _eager_autograd(kernel, setup_context, backward, jvp, name: str = "Eager"):
-    """`apply` of an autograd.Function running `kernel` (what a custom op wraps) with the op's backward: for eager calls
+    """`apply` of an autograd.Function running `kernel` (what an op wraps) with the op's backward: for eager calls
     that only autograd must record (no torch.compile, torch mode, functorch transform or tensor subclass: those take
     the op, `route`). It skips the dispatcher and torch.library's generated autograd wrapper. The Function saves its
     context in forward and is applied through the C base's apply: `Function.apply`'s per-call signature binding
@@ -154,15 +152,15 @@ def _define(name: str, schema: str, kernel, fake, setup_context, backward, jvp, 
     """Define smgemm::NAME, the differentiable op, and smgemm::NAME_nograd, the same computation (`kernel`, output
     metadata from `fake`) with no autograd kernel of its own; returns both ops' overloads.
 
-    NAME's autograd kernel runs NAME_nograd, recorded with `backward` (and `jvp` under a forward-AD dual level) where an
-    input requires grad: so autograd sees
-    NAME, and what runs below it (torch modes, tensor subclasses, the graphs torch.compile and torch.export trace)
-    is NAME_nograd, which a compiled graph calls through the dispatcher's C++ path and one Python function: ~2.8 us of
-    host time a call on the CPU where a `torch.library.custom_op`, whose generated autograd kernel and aliasing
-    checks run in Python on every call, took ~9.9 (`benchmarks/host_ops.py`). NAME_nograd called directly with an
-    input that requires grad gives it no gradient (torch warns at the backward); smgemm calls it only where nothing
-    is recorded. `defaults`: the values of the schema's trailing arguments that have defaults, which the dispatcher
-    leaves out of a call that passes them."""
+    NAME's autograd kernel runs NAME_nograd, recorded with `backward` where an input requires grad (and with `jvp`
+    under a forward-AD dual level): so autograd sees NAME, and what runs below it (torch modes, tensor subclasses,
+    the graphs torch.compile and torch.export trace) is NAME_nograd, which a compiled graph calls through the
+    dispatcher's C++ path and one Python function: ~2.8 us of host time a call on the CPU where a
+    `torch.library.custom_op`, whose generated autograd kernel and aliasing checks run in Python on every call, took
+    ~9.9 (`benchmarks/host_ops.py`). NAME_nograd called directly with an input that requires grad gives it no
+    gradient (torch warns at the backward); smgemm calls it only where nothing is recorded. `defaults`: the values
+    of the schema's trailing arguments that have defaults, which the dispatcher leaves out of a call that passes
+    them."""
     for op_name in (name, f"{name}_nograd"):
         _LIB.define(op_name + schema, tags=(torch.Tag.pt2_compliant_tag,))
         _LIB.impl(op_name, kernel, "CompositeExplicitAutograd")
