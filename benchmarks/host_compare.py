@@ -1,8 +1,8 @@
-"""Host time per call of small cached GEMMs, smgemm against torch in the same process (GPU). The calls run in
-interleaved batches of 200 over 40 rounds, so that each ratio compares batches run moments apart: a process's torch
-time varies by a third with the machine's state (12-19 us for torch.matmul on the H200 host). Prints each call's
-median us and the median of the per-round ratios to torch. Run it once per tree, alternating processes, to compare
-trees:
+"""Host time per call of small cached GEMMs, smgemm against torch in the same process (GPU), eager and in a
+torch.compile'd function. The calls run in interleaved batches of 200 over 40 rounds, so that each ratio compares
+batches run moments apart: a process's torch time varies by a third with the machine's state (12-19 us for
+torch.matmul on the H200 host). Prints each call's median us and the median of the per-round ratios to torch. Run it
+once per tree, alternating processes, to compare trees:
 
     PYTHONPATH=src python benchmarks/host_compare.py NAME
 """
@@ -36,8 +36,11 @@ def main():
     x = torch.randn(1, 64, device="cuda", dtype=torch.bfloat16)
     q = smgemm.nn.MXFP4Linear.from_linear(torch.nn.Linear(64, 64, device="cuda", dtype=torch.bfloat16))
     linear = torch.nn.functional.linear
+    compiled = torch.compile(lambda x, y: smgemm.matmul(x, y), fullgraph=True)
+    compiled_torch = torch.compile(lambda x, y: torch.matmul(x, y), fullgraph=True)
     # (smgemm's call, torch's peer or None); the Parameter requires grad, so the no_grad pair is what inference runs
-    pairs = {"matmul": (lambda: smgemm.matmul(a, b), lambda: torch.matmul(a, b)),
+    pairs = {"no_grad compiled matmul": (lambda: compiled(a, b), lambda: compiled_torch(a, b)),
+             "matmul": (lambda: smgemm.matmul(a, b), lambda: torch.matmul(a, b)),
              "addmm": (lambda: smgemm.addmm(c, a, b), lambda: torch.addmm(c, a, b)),
              "linear, recorded by autograd": (lambda: smgemm.linear(a, w, bias), lambda: linear(a, w, bias)),
              "no_grad linear": (lambda: smgemm.linear(a, w.detach(), bias), lambda: linear(a, w.detach(), bias)),
