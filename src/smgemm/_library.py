@@ -264,14 +264,20 @@ def _tangent_sum(ctx, parts: list, tc) -> torch.Tensor:
     return total.to(ctx.out_dtype)
 
 
-def _setup_context(ctx, inputs, output):
-    a, b, c, alpha, beta, _, scale_a, scale_b, schedule, num_sms = inputs
-    ctx.save_for_backward(a, b)
+def _save(ctx, saved: tuple, output: torch.Tensor, c, alpha, beta, schedule, num_sms) -> None:
+    """What every op's backward and jvp read: the tensors `saved` (for the jvp too while a forward-mode derivative
+    may be asked, with the output's shape, dtype and device), C's shape and dtype, and the scalars."""
+    ctx.save_for_backward(*saved)
     if _forward_ad_active():
-        ctx.save_for_forward(a, b)
+        ctx.save_for_forward(*saved)
         ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
     ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
     ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, c, alpha, beta, _, scale_a, scale_b, schedule, num_sms = inputs
+    _save(ctx, (a, b), output, c, alpha, beta, schedule, num_sms)
     ctx.scaled = a.dtype == _FP8 or scale_a is not None or scale_b is not None
 
 
@@ -330,13 +336,8 @@ def _gemm_mxfp4_fake(a, a_scales, w_data, w_scales, c, alpha, beta, out_dtype, s
 
 def _mx_setup_context(ctx, inputs, output):
     a, _, w_data, w_scales, c, alpha, beta, _, schedule, num_sms, _, ctx.w_layout = inputs
-    ctx.save_for_backward(w_data, w_scales)
+    _save(ctx, (w_data, w_scales), output, c, alpha, beta, schedule, num_sms)
     ctx.a_dtype = a.dtype
-    ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
-    ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
-    if _forward_ad_active():
-        ctx.save_for_forward(w_data, w_scales)
-        ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
 
 
 def _mx_backward(ctx, grad):
@@ -389,12 +390,7 @@ def _bmm_fake(a, b, c, alpha, beta, out_dtype, schedule, num_sms):
 
 def _bmm_setup_context(ctx, inputs, output):
     a, b, c, alpha, beta, _, schedule, num_sms = inputs
-    ctx.save_for_backward(a, b)
-    if _forward_ad_active():
-        ctx.save_for_forward(a, b)
-        ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
-    ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
-    ctx.alpha, ctx.beta, ctx.schedule, ctx.num_sms = alpha, beta, schedule, num_sms
+    _save(ctx, (a, b), output, c, alpha, beta, schedule, num_sms)
 
 
 def _bmm_backward(ctx, grad):
