@@ -242,6 +242,24 @@ def test_torch_func_through_an_mxfp4_weight(device):
     assert_gemm_close(rows, x, w.dequantize(torch.float32).t())
 
 
+@pytest.mark.filterwarnings("ignore:There is a performance drop")  # the older vmap's loop over the batch
+def test_functionalize_and_batched_gradients(device):
+    """torch.func.functionalize (which sees ops, not autograd.Functions), and backwards that torch runs under its
+    older vmap (`torch.autograd.grad(..., is_grads_batched=True)`, `jacobian(..., vectorize=True)`), against the
+    same with F.linear."""
+    x, w = randn((3, 8), torch.float32, device), randn((5, 8), torch.float32, device)
+    torch.testing.assert_close(torch.func.functionalize(lambda x: smgemm.linear(x, w))(x), F.linear(x, w),
+                               rtol=1e-5, atol=1e-5)
+    grads = []
+    for linear in (smgemm.linear, F.linear):
+        xg = x.clone().requires_grad_()
+        seeds = torch.eye(15, device=device).reshape(15, 3, 5)
+        grads.append(torch.autograd.grad(linear(xg, w), xg, seeds, is_grads_batched=True)[0])
+        grads.append(torch.autograd.functional.jacobian(lambda w, f=linear: f(x, w), w, vectorize=True))
+    for ours, want in zip(grads[:2], grads[2:]):
+        torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+
+
 def test_hessian_forward_over_reverse(device):
     """torch.func.hessian (jacfwd of jacrev: the backward's products differentiated in forward mode under vmap) and a
     dual tensor through a gradient taken with create_graph, against the same with F.linear."""

@@ -69,6 +69,9 @@ def _gemm_out_fake(a, b, c, alpha, beta, scale_a, scale_b, schedule, num_sms, ou
 
 
 _FUNCTORCH = getattr(torch._C, "_functorch", None)
+# The batched tensors of torch's older vmap, which `torch.autograd.grad(..., is_grads_batched=True)` and
+# `torch.autograd.functional.jacobian(..., vectorize=True)` run a backward under: plain tensors with no storage.
+_LEGACY_BATCHED = getattr(_FUNCTORCH, "is_legacy_batchedtensor", lambda t: False)
 
 
 # Where an eager call runs (`route`): the kernel directly, the kernel under an autograd.Function (autograd must
@@ -79,9 +82,9 @@ KERNEL, AUTOGRAD, OP = 0, 1, 2
 def route(*tensors) -> int:
     """OP where a call must go through the op: torch.compile traces it, or a torch subsystem must see it (a
     dispatch or function mode such as FakeTensorMode or FlopCounterMode, a tensor subclass such as DTensor, a
-    functorch transform such as vmap or grad, a forward-AD dual level, a meta tensor); else AUTOGRAD where autograd
-    must record it, else KERNEL. Cheap C queries first and one pass over the tensors: this runs on every eager
-    call."""
+    functorch transform such as vmap or grad, a forward-AD dual level, a meta tensor, a batched tensor of torch's
+    older vmap); else AUTOGRAD where autograd must record it, else KERNEL. Cheap C queries first and one pass over
+    the tensors: this runs on every eager call."""
     if torch.compiler.is_compiling():  # first: Dynamo cannot trace the C queries below
         return OP
     if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() or (
@@ -94,7 +97,7 @@ def route(*tensors) -> int:
             continue
         kind = type(t)
         if kind is torch.Tensor or kind is torch.nn.Parameter:
-            if t.is_meta:
+            if t.is_meta or _LEGACY_BATCHED(t):
                 return OP
             if grad and t.requires_grad:
                 route = AUTOGRAD
@@ -197,6 +200,8 @@ def _caller(op, nograd, setup_context, backward, jvp):
 
     def call(*args) -> torch.Tensor:
         if _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None:
+            if _FUNCTORCH.peek_interpreter_stack().key() == _FUNCTORCH.TransformType.Functionalize:
+                return op(*args)  # functionalization sees ops, not autograd.Functions
             return twin.apply(*args)
         if _forward_ad._current_level >= 0:  # dual tensors: NAME's forward-mode derivative
             return op(*args)
