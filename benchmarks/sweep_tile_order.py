@@ -88,7 +88,7 @@ def main():
     try:
         for budget in budgets:
             for m, n, k, odd in shapes:
-                a, b = _layout(m, n, k, dtype, odd)
+                a, b = _operands(m, n, k, dtype, 1, odd, device="meta")[0]
                 ops = operands_alignment(a, b)
                 plans = {}
                 for name in orders:
@@ -125,14 +125,6 @@ def main():
         mean = math.exp(sum(map(math.log, r)) / len(r))
         print(f"budget {budget or 'all'}: {len(r)} picks change; {label} / planner time: geometric mean {mean:.3f}, "
               f"{min(r):.3f}-{max(r):.3f}")
-
-
-def _layout(m: int, n: int, k: int, dtype: torch.dtype, odd: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Meta tensors laid out as `bench._operands` lays out the timed ones (what the planner weighs: shapes, strides,
-    row alignment), with no memory behind them."""
-    pad = 1 - k % 2 if odd else 0
-    return (torch.empty(m, k + pad, dtype=dtype, device="meta")[:, :k],
-            torch.empty(n, k + pad, dtype=dtype, device="meta")[:, :k].t())
 
 
 if __name__ == "__main__":

@@ -73,15 +73,16 @@ def random_shapes(seed: int, count: int = 48) -> list[tuple[int, int, int, bool]
 BUDGET_SHAPES = [(8192, 8192, 8192), (4096, 14336, 4096)]
 
 
-def _operands(m: int, n: int, k: int, dtype: torch.dtype, copies: int,
-              unaligned: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _operands(m: int, n: int, k: int, dtype: torch.dtype, copies: int, unaligned: bool = False,
+              device: str = "cuda") -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`copies` independent (a, b) pairs; b is a transposed [N, K] weight, as in nn.Linear. `unaligned`: rows of an
-    odd number of elements (views into a buffer one column wider where K is even): no 16-byte alignment, no TMA."""
+    odd number of elements (views into a buffer one column wider where K is even): no 16-byte alignment, no TMA.
+    `device` "meta": the layouts alone, no memory behind them (what the planner weighs)."""
     pad = 1 - k % 2 if unaligned else 0
     sets = []
     for _ in range(copies):
-        a = torch.randn(m, k + pad, device="cuda").to(dtype)[:, :k]
-        b = torch.randn(n, k + pad, device="cuda").to(dtype)[:, :k].t()
+        a = torch.randn(m, k + pad, device=device).to(dtype)[:, :k]
+        b = torch.randn(n, k + pad, device=device).to(dtype)[:, :k].t()
         sets.append((a, b))
     return sets
 
