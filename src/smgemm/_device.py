@@ -79,19 +79,21 @@ class Rates:
     # element a load, which Triton cannot pipeline (cp.async moves 4 bytes or more): a program then loads about
     # this many elements of them an iteration (~5.5e9 a second; 32 x 64 x 32 to 128 x 128 x 32 tiles moved 6-11 GB/s
     # of bf16 an SM, the lower end on long-K problems of few tiles). benchmarks/sweep_unaligned.py --inplace.
-    # The rate is that of tiles that wait out each step's loads. The in-place tiles load odd rows a step ahead
-    # (`kernels.common.k_loop_dense`), 1.2-1.6x faster than it says, and the planner still copies some operands that
-    # read faster in place (85 x 10993 x 1471: 52.3 us copied, 44.0 in place). A higher rate for single elements
-    # alone would move those plans; 4-byte K-runs' plans, which it also scales, measured right as they are.
-    unaligned_loads_per_iter: float = 4.7e3
+    # The in-place tiles load odd rows a step ahead (`kernels.common.k_loop_dense`), which the rate counts: with it at
+    # 6.1e3 (and `inplace_run_speedup` at 1.695, so that 4-byte runs keep their rate of 1.03e4), 21 plans over random
+    # draws 0-11 move and ran 0.82x the time of those at 4.7e3 in bf16 and fp16 alike (0.50-1.03x; 84 x 15219 x 1233
+    # 58.0 -> 40.1 us, read in place where it was copied; `benchmarks/sweep_tile_order.py --seeds 12 --rates
+    # unaligned_loads_per_iter=6100,inplace_run_speedup=1.695` at 39e5063).
+    unaligned_loads_per_iter: float = 6.1e3
     # K-runs of 4 bytes or more (an even K of 16-bit elements, rows 4 or 8 bytes apart) come in asynchronous copies,
     # which the in-place tiles' stages (`plan.INPLACE_CONFIGS`) keep in flight: a persistent program loads them this
     # many times faster. On the H200 (bf16, forced tiles read in place at their stages, `benchmarks/sweep_configs.py`)
-    # the element-load model over-estimated their time 2.15-2.39x with 32 x 64 tiles, 2.65-3.30x with 64 x 64 and
-    # 2.82-4.2x with 64 x 128 and 128 x 64 (8425 x 104 x 1842, 117 x 4060 x 5322, 662 x 254 x 8868, 126 x 1204 x
-    # 4674, 3000 x 2000 x 1002); the planner takes the lowest, so that it never prefers reading in place on a guess.
+    # the element-load model (at 4.7e3 elements an iteration) over-estimated their time 2.15-2.39x with 32 x 64
+    # tiles, 2.65-3.30x with 64 x 64 and 2.82-4.2x with 64 x 128 and 128 x 64 (8425 x 104 x 1842, 117 x 4060 x 5322,
+    # 662 x 254 x 8868, 126 x 1204 x 4674, 3000 x 2000 x 1002); the planner takes the lowest (2.2 at 4.7e3, the same
+    # runs' rate as 1.695 at 6.1e3), so that it never prefers reading in place on a guess.
     # A Stream-K program's few steps gained too (273 x 64 x 2526 9.07 -> 8.38 us, 81 x 111 x 3334 10.1 -> 8.98).
-    inplace_run_speedup: float = 2.2
+    inplace_run_speedup: float = 1.695
     # What a persistent program reading such runs in place pays beyond them (its pipeline's fill and drain), which
     # the launch floor hid: a 32 x 64 tile a program took 3.2 + 0.23 us a step (12-25 steps: 767 x 100 x 378,
     # 142 x 123 x 354, 415 x 76 x 770, 70 x 285 x 758; bf16 planner rows, one run). With 1.5, the planner takes
