@@ -141,6 +141,50 @@ def test_inplace_streamk_only_where_it_measured_faster(m, n, k, expect, tile):
         assert plan.schedule == expect and plan.config == INPLACE_CONFIGS[tile] and not (plan.stage_a or plan.stage_b)
 
 
+@pytest.mark.parametrize("m, n, k, runs", [
+    (80, 1982, 14978, 2), (81, 3163, 14926, 2), (117, 4060, 5322, 2), (126, 1204, 4674, 2), (662, 254, 8868, 4),
+    (107, 5413, 5550, 2), (3074, 69, 4786, 2), (5208, 101, 1914, 2),
+])
+def test_inplace_streamk_over_long_k_where_rows_come_in_runs(m, n, k, runs):
+    """Operands whose K-runs are 4 bytes or more (asynchronous copies) are read in place by a Stream-K grid of
+    `INPLACE_RUNS_SK_CONFIG` over any number of K steps a program: on the H200 0.55-0.81x the time of copying them
+    first (or of a persistent in-place plan). Odd rows (single elements) keep the step limit; under an SM budget
+    (persistent only) the plans stay as they were."""
+    from smgemm.plan import _INPLACE_SK_MAX_STEPS, INPLACE_RUNS_SK_CONFIG, steps_per_program
+
+    for dtype in (torch.bfloat16, torch.float16):
+        plan = decide(m, n, k, dtype, INTERPRETER_SPEC, operands=((m * k, runs, runs), (n * k, runs, runs)))
+        assert plan.schedule == "streamk" and plan.config == INPLACE_RUNS_SK_CONFIG, (m, n, k, plan)
+        assert not (plan.stage_a or plan.stage_b)
+        odd = decide(m, n, k | 1, dtype, INTERPRETER_SPEC, operands=((m * k, 1, 1), (n * k, 1, 1)))
+        assert odd.stage_a or steps_per_program(odd) <= _INPLACE_SK_MAX_STEPS, (m, n, k, odd)
+        budgeted = decide(m, n, k, dtype, INTERPRETER_SPEC, num_sms=66,
+                          operands=((m * k, runs, runs), (n * k, runs, runs)))
+        assert budgeted.config != INPLACE_RUNS_SK_CONFIG or budgeted.schedule != "streamk"
+    assert steps_per_program(decide(80, 1982, 14978, torch.bfloat16, INTERPRETER_SPEC,
+                                    operands=((80 * 14978, 2, 2), (1982 * 14978, 2, 2)))) > 100
+
+
+@pytest.mark.parametrize("stride", [1202, 1204])
+def test_inplace_runs_streamk_over_many_steps_is_right(device, stride):
+    """`INPLACE_RUNS_SK_CONFIG` split by Stream-K over a small budget, so that each program runs many K steps and
+    starts and ends mid-tile, reading rows of 2- and 4-element runs in place, with partial edge tiles and a C matrix;
+    every element checked against float64 on a poisoned output."""
+    from smgemm.plan import INPLACE_RUNS_SK_CONFIG
+
+    m, n, k = 130, 70, 1200
+    a = randn((m, stride), torch.float16, device)[:, :k]
+    b = randn((n, stride), torch.float16, device)[:, :k].t()
+    c = randn((m, n), torch.float32, device)
+    with smgemm.plan.overrides(stage=False, config=INPLACE_RUNS_SK_CONFIG, schedule="streamk"):
+        plan = decide(m, n, k, a.dtype, INTERPRETER_SPEC, num_sms=6,
+                      operands=(operand_alignment(a, 1), operand_alignment(b, 0)))
+        assert plan.sk_tiles and not (plan.stage_a or plan.stage_b) and plan.num_programs == 6
+        out = torch.full((m, n), float("nan"), dtype=a.dtype, device=device)
+        assert_gemm_close(smgemm.matmul(a, b, num_sms=6, out=out), a, b)
+        assert_gemm_close(smgemm.addmm(c, a, b, beta=0.5, num_sms=6), a, b, c=c, beta=0.5)
+
+
 def test_inplace_streamk_is_right(device):
     # the interpreter plans as an H200: a small odd problem is read in place by a Stream-K grid of 32-deep tiles
     m, n, k = 70, 40, 501

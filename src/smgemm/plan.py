@@ -1031,6 +1031,18 @@ INPLACE_CONFIGS = (
 # their element loads take longer than `Rates.unaligned_loads_per_iter` models.
 _INPLACE_SK_MAX_STEPS = 9
 
+# Where every operand read in place comes in K-runs of 4 bytes or more (asynchronous copies, which its stages keep in
+# flight), a Stream-K grid of 128 x 64 x 32 tiles (8 warps, 4 stages) takes any number of K steps a program: on the
+# H200 (bf16, `benchmarks/sweep_configs.py`, each forced in place over the whole device, one run, us) it ran 0.55-0.81x
+# the planner's copy-and-GEMM or persistent in-place plan on long K (81 x 3163 x 14926 129 -> 78.5, 80 x 1982 x 14978
+# 96.8 -> 52.7, 117 x 4060 x 5322 53.7 -> 39.8, 126 x 1204 x 4674 26.6 -> 19.0, 662 x 254 x 8868 32.5 -> 24.9,
+# 107 x 5413 x 5550 79.7 -> 53.8, 3074 x 69 x 4786 44.7 -> 31.9, 90 x 10228 x 1076 38.9 -> 24.3, 81 x 14844 x 13476
+# 321 -> 272, 221 x 2076 x 12260 82.6 -> 68.6; 8425 x 104 x 1842 26.6 -> 27.2). It was the fastest 32-deep tile on
+# 9 of those 12; the others took 1.12x its time (64 x 64 at 6 stages; 0.91-1.27x), 1.14x (64 x 128), 1.30x (128 x 128
+# at 3 stages) and 1.70x or more (32 x 64 at 6 stages, 64 x 64 at 8), geometric means. `inplace_time` models it
+# 1.25-1.7x slower than it ran, so the planner takes it where it is clearly faster.
+INPLACE_RUNS_SK_CONFIG = INPLACE_CONFIGS[3]
+
 
 def inplace_time(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, budget: int, spec: DeviceSpec,
                  unaligned: tuple[bool, bool], batch: int = 1, schedule: str = "persistent",
@@ -1038,9 +1050,10 @@ def inplace_time(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, bu
     """Modelled time of a plan with tile `cfg` and `schedule` ("persistent" or "streamk") that reads the `unaligned`
     operands (A, B) in place: its aligned time, or the time its busiest program takes to load their elements
     (`Rates.unaligned_loads_per_iter`; with Stream-K, plus the fixup), whichever is longer; inf where Stream-K
-    has nothing to split. `runs`: which of them come in K-runs of 4 bytes or more, which the tile's pipeline loads
-    `Rates.inplace_run_speedup` times faster; a persistent program then also pays `Rates.inplace_run_fixed`. The
-    launch's floor (`Rates.launch_floor`) is the caller's to apply."""
+    has nothing to split, or where its programs would run more than `_INPLACE_SK_MAX_STEPS` K steps (unless `cfg`
+    is `INPLACE_RUNS_SK_CONFIG` and every unaligned operand comes in runs). `runs`: which of them come in K-runs of 4
+    bytes or more, which the tile's pipeline loads `Rates.inplace_run_speedup` times faster; a persistent program
+    then also pays `Rates.inplace_run_fixed`. The launch's floor (`Rates.launch_floor`) is the caller's to apply."""
     rates = spec.rates
     tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) * batch
     k_iters = math.ceil(k / cfg.block_k)
@@ -1053,7 +1066,8 @@ def inplace_time(cfg: TileConfig, m: int, n: int, k: int, dtype: torch.dtype, bu
         dp_tiles, programs = split
         per_program = (tiles - dp_tiles) * k_iters / programs
         steps = dp_tiles // programs * k_iters + math.ceil(per_program)
-        if steps > _INPLACE_SK_MAX_STEPS:
+        if steps > _INPLACE_SK_MAX_STEPS and not (cfg == INPLACE_RUNS_SK_CONFIG and all(
+                run or not slow for run, slow in zip(runs, unaligned))):
             return math.inf
         rates = dataclasses.replace(rates, sk_fixup_base=rates.inplace_sk_fixup_base,
                                     sk_fixup_per_sharer=rates.inplace_sk_fixup_per_sharer)
