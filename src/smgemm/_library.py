@@ -82,9 +82,9 @@ KERNEL, AUTOGRAD, OP = 0, 1, 2
 def route(*tensors) -> int:
     """OP where a call must go through the op: torch.compile traces it, or a torch subsystem must see it (a
     dispatch or function mode such as FakeTensorMode or FlopCounterMode, a tensor subclass such as DTensor, a
-    functorch transform such as vmap or grad, a forward-AD dual level, a meta tensor, a batched tensor of torch's
-    older vmap); else AUTOGRAD where autograd must record it, else KERNEL. Cheap C queries first and one pass over
-    the tensors: this runs on every eager call."""
+    functorch transform such as vmap or grad, a forward-AD dual level, a meta tensor); else AUTOGRAD where autograd
+    must record it, else KERNEL. Cheap C queries first and one pass over the tensors: this runs on every eager call.
+    (A backward's products also look for the batched tensors of torch's older vmap: `_routed`.)"""
     if torch.compiler.is_compiling():  # first: Dynamo cannot trace the C queries below
         return OP
     if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() or (
@@ -97,7 +97,7 @@ def route(*tensors) -> int:
             continue
         kind = type(t)
         if kind is torch.Tensor or kind is torch.nn.Parameter:
-            if t.is_meta or _LEGACY_BATCHED(t):
+            if t.is_meta:
                 return OP
             if grad and t.requires_grad:
                 route = AUTOGRAD
@@ -225,8 +225,10 @@ def _product_like(like: torch.Tensor, x: torch.Tensor, y: torch.Tensor, alpha: f
 
 def _routed(tensors: tuple, kernel, autograd, op, *args) -> torch.Tensor:
     """`args` run where `route` sends `tensors`: `kernel` directly, under `autograd` (an `_eager_autograd`), or
-    through `op` (a custom op's caller, which a torch mode sees: FlopCounterMode counts a backward's products)."""
-    where = route(*tensors)
+    through `op` (a custom op's caller, which a torch mode sees: FlopCounterMode counts a backward's products). A
+    backward that torch batches with its older vmap (`torch.autograd.grad(..., is_grads_batched=True)`, a vectorized
+    `jacobian`) hands it batched tensors, which only the op takes (that vmap loops over it)."""
+    where = OP if any(t is not None and _LEGACY_BATCHED(t) for t in tensors) else route(*tensors)
     return (kernel if where == KERNEL else autograd if where == AUTOGRAD else op)(*args)
 
 
@@ -240,14 +242,6 @@ def _product(x: torch.Tensor, y: torch.Tensor, alpha: float, out_dtype: torch.dt
 def _grad_c(ctx, grad: torch.Tensor) -> torch.Tensor:
     """d(beta * C) = beta * dD, summed over the dims C was broadcast along, in C's dtype."""
     return (grad * ctx.beta).sum_to_size(ctx.c_shape).to(ctx.c_dtype)
-
-
-def _forward_ad_active() -> bool:
-    """Whether a forward-mode derivative may be asked of the call being recorded: a forward-AD dual level
-    (`torch.autograd.forward_ad`) or a torch.func transform is active. Only then does a context save its inputs
-    for `jvp` too (`save_for_forward`)."""
-    return _forward_ad._current_level >= 0 or (_FUNCTORCH is not None and
-                                                _FUNCTORCH.maybe_current_level() is not None)
 
 
 def _primal(t: torch.Tensor) -> torch.Tensor:
@@ -273,7 +267,7 @@ def _save(ctx, saved: tuple, output: torch.Tensor, c, alpha, beta, schedule, num
     """What every op's backward and jvp read: the tensors `saved` (for the jvp too while a forward-mode derivative
     may be asked, with the output's shape, dtype and device), C's shape and dtype, and the scalars."""
     ctx.save_for_backward(*saved)
-    if _forward_ad_active():
+    if _forward_ad._current_level >= 0 or (_FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None):
         ctx.save_for_forward(*saved)
         ctx.out_shape, ctx.out_dtype, ctx.out_device = output.shape, output.dtype, output.device
     ctx.c_shape, ctx.c_dtype = (c.shape, c.dtype) if c is not None else (None, None)
