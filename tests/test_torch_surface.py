@@ -87,6 +87,32 @@ def test_matmul_follows_torch_matmul_shapes(a_shape, b_shape, device):
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("a_shape", "b_shape"), [
+    ((2, 8, 32), (32, 16)), ((32,), (32, 16)), ((8, 32), (32,)), ((32,), (32,)), ((2, 3, 8, 32), (32,)),
+    ((2, 8, 32), (2, 32, 16)), ((8, 32), (3, 32, 16)), ((2, 1, 8, 32), (3, 32, 16)), ((32,), (2, 32, 16)),
+])
+def test_matmul_writes_out_of_any_shape(a_shape, b_shape, device):
+    """out= as torch.matmul takes it, for every shape rule: written in place where the folded product's rows nest in
+    out's strides, else through a buffer (a transposed out); the result is out itself, every element written."""
+    a, b = randn(a_shape, torch.float32, device), randn(b_shape, torch.float32, device)
+    want = torch.matmul(a.double(), b.double())
+    layouts = [torch.full(want.shape, float("nan"), device=device)]
+    if want.dim() >= 2:
+        flipped = want.shape[:-2] + want.shape[-2:][::-1]
+        layouts.append(torch.full(flipped, float("nan"), device=device).transpose(-1, -2))
+    for out in layouts:
+        got = smgemm.matmul(a, b, out=out)
+        assert got is out
+        torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="out must have the product's shape"):
+        smgemm.matmul(a, b, out=torch.empty(want.numel() + 1, device=device))
+    with pytest.raises(RuntimeError, match="out= do not support automatic differentiation"):
+        smgemm.matmul(a.requires_grad_(), b, out=torch.empty(want.shape, device=device))
+    if want.dim() >= 2:
+        with pytest.raises(RuntimeError, match="out= do not support automatic differentiation"):
+            smgemm.matmul(a.detach(), b, out=layouts[-1].detach().requires_grad_())
+
+
 def test_matmul_folds_batch_dims_of_a_view(device):
     a = randn((3, 16, 40), torch.float16, device)[:, :, 4:36]  # not contiguous: folded with a copy
     b = randn((16, 32), torch.float16, device).t()

@@ -100,6 +100,8 @@ def _eager_repeat(a, b, c, alpha, beta, schedule, num_sms, b_t: bool = False) ->
 
 
 _SCALARS = (float, int)
+_OUT_GRAD = ("smgemm: functions with out= do not support automatic differentiation, but an argument requires grad; "
+             "call without out= (or under torch.no_grad())")
 
 
 def _tracked(*tensors) -> bool:
@@ -163,8 +165,7 @@ def _run(
     if out is not None:
         a, b, c = _autocast(a, b, c)
         if _tracked(a, b, c, scale_a, scale_b, out):
-            raise RuntimeError("smgemm: functions with out= do not support automatic differentiation, but an "
-                               "argument requires grad; call without out= (or under torch.no_grad())")
+            raise RuntimeError(_OUT_GRAD)
         if _via_dispatcher(a, b, c, scale_a, scale_b, out):
             check_gemm(a, b, c, beta, out, out_dtype, scale_a, scale_b)
             _library.gemm_out_op(a, b, c, float(alpha), float(beta), scale_a, scale_b, schedule, num_sms, out)
@@ -287,14 +288,15 @@ def _matmul_nd(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None, sc
             raise ValueError("scale_a / scale_b apply to 2-D fp8 products; a batched product takes none")
         return _matmul_batched(a, b, out=out, out_dtype=kwargs["out_dtype"], schedule=kwargs["schedule"],
                                num_sms=kwargs["num_sms"])
-    if out is not None:
-        raise ValueError(f"out= needs 2-D a and b, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
     a2 = a.unsqueeze(0) if a.dim() == 1 else a
     b2 = b.unsqueeze(1) if b.dim() == 1 else b
     lead, (m, k) = a2.shape[:-2], a2.shape[-2:]
     if isinstance(scale_a, torch.Tensor) and scale_a.numel() > 1:
         scale_a = scale_a.reshape(-1, 1)  # one per row of a, batch dims included
     a2 = a2.reshape(math.prod(lead) * m, k)
+    if out is not None:
+        _check_out_shape(out, a, b, (*lead, m, b2.shape[1]))
+        return _into(out, (a2.shape[0], b2.shape[1]), lambda o: _run(a2, b2, out=o, scale_a=scale_a, **kwargs))
     y = None
     if scale_a is None and kwargs["scale_b"] is None and kwargs["out_dtype"] is None:
         y = _eager_repeat(a2, b2, None, 1.0, 1.0, kwargs["schedule"], kwargs["num_sms"])
@@ -317,15 +319,62 @@ def _matmul_batched(a: torch.Tensor, b: torch.Tensor, *, out, out_dtype, schedul
     lead = _broadcast(a2.shape[:-2], b2.shape[:-2])
     if lead is None:
         raise ValueError(f"the batch dims of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast")
-    if out is not None:
-        raise ValueError("out= needs 2-D a and b (or smgemm.bmm with 3-D ones)")
     batch = math.prod(lead)
-    y = bmm(a2.expand(*lead, m, k).reshape(batch, m, k), b2.expand(*lead, k, n).reshape(batch, k, n),
-            out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
+    a3, b3 = a2.expand(*lead, m, k).reshape(batch, m, k), b2.expand(*lead, k, n).reshape(batch, k, n)
+    if out is not None:
+        _check_out_shape(out, a, b, (*lead, m, n))
+        return _into(out, (batch, m, n), lambda o: bmm(a3, b3, out=o, out_dtype=out_dtype, schedule=schedule,
+                                                       num_sms=num_sms))
+    y = bmm(a3, b3, out_dtype=out_dtype, schedule=schedule, num_sms=num_sms)
     y = y.reshape(*lead, m, n)
     if a.dim() == 1:
         y = y.squeeze(-2)
     return y.squeeze(-1) if b.dim() == 1 else y
+
+
+def _check_out_shape(out, a: torch.Tensor, b: torch.Tensor, shape: tuple) -> None:
+    """`out` of matmul(a, b) must have the product's shape: `shape` ([..., M, N]) without the dim of a 1-D a or b."""
+    expected = shape[:-2] + shape[-2:-1] * (a.dim() > 1) + shape[-1:] * (b.dim() > 1)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"out must have the product's shape {expected} (a {tuple(a.shape)} @ b {tuple(b.shape)}), "
+                         f"got {got}")
+
+
+def _into(out: torch.Tensor, shape: tuple, run) -> torch.Tensor:
+    """`run(o)` writes the folded product into `o`, `out` viewed as `shape` (2-D, or 3-D batched) where its layout
+    allows; else into a buffer of `out`'s dtype (the same checks of out=), copied into `out` after."""
+    if _tracked(out):
+        raise RuntimeError(_OUT_GRAD)
+    if out.numel() == 0 or _nests(out.shape, out.stride(), shape):
+        run(out.view(shape))
+        return out
+    buffer = torch.empty(shape, dtype=out.dtype, device=out.device)
+    run(buffer)
+    out.copy_(buffer.view(out.shape))
+    return out
+
+
+def _nests(sizes, strides, shape) -> bool:
+    """Whether a tensor of `sizes` and `strides` has a view of `shape` (torch's rule for `Tensor.view`: each run of
+    dims merged or split must be contiguous in memory), decided without trying it, so that Dynamo traces the choice.
+    The tensor has at least one element."""
+    if len(sizes) == 0:  # one element: every shape of one element views it
+        return True
+    view_d = len(shape) - 1
+    base = strides[-1] if len(strides) else 1
+    tensor_numel = view_numel = 1
+    for d in range(len(sizes) - 1, -1, -1):
+        tensor_numel *= sizes[d]
+        if d == 0 or (sizes[d - 1] != 1 and strides[d - 1] != tensor_numel * base):
+            while view_d >= 0 and (view_numel < tensor_numel or shape[view_d] == 1):
+                view_numel *= shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return False
+            if d > 0:
+                base, tensor_numel, view_numel = strides[d - 1], 1, 1
+    return view_d == -1
 
 
 def _broadcast(x: torch.Size, y: torch.Size) -> tuple | None:
@@ -345,8 +394,7 @@ def _run_batched(a, b, *, c=None, alpha=1.0, beta=1.0, out=None, out_dtype=None,
     a, b, c = _autocast(a, b, c)
     if out is not None:
         if _tracked(a, b, c, out):
-            raise RuntimeError("smgemm: functions with out= do not support automatic differentiation, but an "
-                               "argument requires grad; call without out= (or under torch.no_grad())")
+            raise RuntimeError(_OUT_GRAD)
         if _via_dispatcher(a, b, c, out):
             raise RuntimeError("smgemm.bmm / baddbmm with out= run eagerly only (not traced, not under torch modes)")
         return gemm(a, b, c=c, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype, schedule=schedule,
