@@ -165,6 +165,32 @@ def test_inplace_streamk_over_long_k_where_rows_come_in_runs(m, n, k, runs):
                                     operands=((80 * 14978, 2, 2), (1982 * 14978, 2, 2)))) > 100
 
 
+@pytest.mark.parametrize("m, n, k, moves", [
+    (90, 10228, 1076, True), (3184, 266, 6164, True), (81, 14844, 13476, True), (543, 81, 15500, True),
+    (2602, 64, 988, True), (4385, 65, 756, True), (171, 1636, 7580, True),
+    (1822, 2056, 92, False), (269, 1090, 604, False), (388, 137, 1084, False), (263, 2830, 3004, False),
+    (112, 89, 5316, False),
+])
+def test_eight_byte_runs_split_in_place_where_modelled_faster(m, n, k, moves):
+    """Rows 4 elements apart (8-byte K-runs of bf16 / fp16), which pointer tiles read where they lie: on the whole
+    device the planner takes a Stream-K grid of `INPLACE_RUNS_SK_CONFIG` where `inplace_time` models it faster than
+    the pointer tile, as it measured on the H200 for the first seven (0.63-0.96x the time; `plan._eight_byte_runs`);
+    the others keep the pointer tile (the Stream-K grid measured 1.0-2.2x slower there), and so does every plan under
+    an SM budget, of fp32, or of a caller's schedule."""
+    from smgemm.plan import INPLACE_RUNS_SK_CONFIG
+
+    operands = ((m * k, 4, 4), (n * k, 4, 4))
+    for dtype in (torch.bfloat16, torch.float16):
+        plan = decide(m, n, k, dtype, INTERPRETER_SPEC, operands=operands)
+        assert (plan.schedule == "streamk" and plan.config == INPLACE_RUNS_SK_CONFIG) == moves, (m, n, k, plan)
+        assert not (plan.stage_a or plan.stage_b) or not moves
+        for kwargs in ({"num_sms": 66}, {"schedule": "persistent"}):
+            assert decide(m, n, k, dtype, INTERPRETER_SPEC, operands=operands, **kwargs).config != \
+                INPLACE_RUNS_SK_CONFIG
+    assert decide(m, n, k, torch.float32, INTERPRETER_SPEC, operands=((m * k, 2, 2), (n * k, 2, 2))).config != \
+        INPLACE_RUNS_SK_CONFIG
+
+
 @pytest.mark.parametrize("stride", [1202, 1204])
 def test_inplace_runs_streamk_over_many_steps_is_right(device, stride):
     """`INPLACE_RUNS_SK_CONFIG` split by Stream-K over a small budget, so that each program runs many K steps and
@@ -201,7 +227,7 @@ def test_inplace_streamk_is_right(device):
 @pytest.mark.parametrize("m, n, k, in_place", [
     (72, 264, 5820, True),     # 4 K steps a program (Stream-K over 130 programs)
     (388, 137, 1084, True),    # 9 steps
-    (543, 81, 15500, True),    # 35 steps, but copying 17 MB costs about what the GEMM does
+    (543, 81, 15500, True),    # 35 steps, but copying 17 MB costs about what the GEMM does (split: `_eight_byte_runs`)
     (362, 496, 1740, False),   # 14 steps, 48 programs: twice the loads cost more than the copy (measured)
     (608, 239, 1724, False),
 ])
@@ -209,11 +235,14 @@ def test_pointer_tiles_read_eight_byte_runs_in_place(m, n, k, in_place):
     """Rows aligned to 4 bf16 elements (8 bytes) but not 16: the planner's pointer tiles read them where they lie in
     short K loops, or where a copy would cost about as much as the GEMM (plan._SHORT_RUN_BYTES, measured); aligned
     to 2, they are copied first, as odd ones."""
+    from smgemm.plan import INPLACE_RUNS_SK_CONFIG
+
     four = ((m * k, 4, 4), (n * k, 4, 4))
     plan = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=four)
     assert not plan.config.tma and (plan.stage_a or plan.stage_b) != in_place
     assert dataclasses.replace(plan, stage_a=False, stage_b=False) == make_plan(m, n, k, torch.bfloat16,
-                                                                                INTERPRETER_SPEC)
+                                                                                INTERPRETER_SPEC) or (
+        plan.config == INPLACE_RUNS_SK_CONFIG and (m, n, k) == (543, 81, 15500))
     sixteen_bytes = ((m * k, 8, 8), (n * k, 8, 8))  # runs as wide as aligned rows' loads: read in place
     assert decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=sixteen_bytes) == make_plan(
         m, n, k, torch.bfloat16, INTERPRETER_SPEC)

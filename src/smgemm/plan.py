@@ -1251,6 +1251,33 @@ def overrides_version() -> int:
     return _OVERRIDES.version
 
 
+def _eight_byte_runs(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, operands,
+                     tf32: bool) -> Plan:
+    """`plan` (a single product on the whole device, which reads every operand where it lies), or, where its pointer
+    tile reads 8-byte K-runs of 16-bit elements (`reads_at_full_speed`: a short loop, or a copy that would cost about
+    what the GEMM does), a Stream-K grid of `INPLACE_RUNS_SK_CONFIG` reading them in place where `inplace_time`
+    models it faster than that tile, both read as runs. On the H200 (bf16, `benchmarks/sweep_configs.py --variants
+    "auto;128x64x32 w8 s4 sk nostage;auto stage"`, one run at c105c60) this takes 7 of the 26 such problems of the
+    random suite's draws 0-13, each faster than the pointer tile: 90 x 10228 x 1076 38.6 -> 24.3 us (torch 27.6),
+    3184 x 266 x 6164 93.5 -> 66.0, 81 x 14844 x 13476 316.6 -> 270.8, 543 x 81 x 15500 28.0 -> 21.8, 2602 x 64 x
+    988 13.7 -> 10.7, 4385 x 65 x 756 14.8 -> 13.3, 171 x 1636 x 7580 39.9 -> 38.5; of the 19 it leaves, the Stream-K
+    tile ran slower on 15 (1.0-2.2x the time: short K loops, 1822 x 2056 x 92 8.7 -> 18.2) and faster on four by
+    1-9% (2398 x 156 x 1148, 720 x 1030 x 764, 263 x 2830 x 3004 where copying first was faster still)."""
+    eb = element_bytes(dtype)
+    eight = tuple(not plan.config.tma and rows * eb < 16 and _SHORT_RUN_BYTES <= runs * eb < _POINTER_RUN_BYTES
+                  for _, rows, runs in operands)
+    if eb != 2 or not any(eight):
+        return plan
+    runs = (True, True)
+    schedule = "persistent" if plan.schedule == "data_parallel" else plan.schedule
+    tile = inplace_time(plan.config, m, n, k, dtype, plan.sm_budget, spec, eight, 1, schedule, runs)
+    split = inplace_time(INPLACE_RUNS_SK_CONFIG, m, n, k, dtype, plan.sm_budget, spec, eight, 1, "streamk", runs)
+    floor = spec.rates.launch_floor
+    if max(floor, split) >= max(floor, tile):
+        return plan
+    return make_plan(m, n, k, dtype, spec, schedule="streamk", tf32=tf32, config=INPLACE_RUNS_SK_CONFIG)
+
+
 def decide(
     m: int,
     n: int,
@@ -1295,8 +1322,9 @@ def decide(
     steps = steps_per_program(plan)
     slow = [0 if reads_at_full_speed(plan.config, dtype, rows, runs, steps) else elements
             for elements, rows, runs in operands]
+    auto = schedule == "auto" and config is None and batch == 1 and whole_device(num_sms, spec)
     if not any(slow):
-        return plan
+        return _eight_byte_runs(plan, m, n, k, dtype, spec, operands, tf32) if auto else plan
     stage = _OVERRIDES.stage
     # 8-byte K-runs that a pointer tile reads in a longer loop stay where they lie too if copying them would cost
     # about what the GEMM does (the note at _POINTER_RUN_BYTES)
@@ -1306,6 +1334,8 @@ def decide(
                               spec.rates, batch)
     if stage is None and any(short) and copy_time(plan, dtype, spec, sum(short)) >= _SHORT_RUN_COPY_SHARE * gemm_time:
         slow = [0 if kept else elements for elements, kept in zip(slow, short)]
+        if not any(slow) and auto:
+            return _eight_byte_runs(plan, m, n, k, dtype, spec, operands, tf32)
     if not any(slow):
         return plan
     staged = dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)
