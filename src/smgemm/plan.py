@@ -1261,7 +1261,7 @@ def _eight_byte_runs(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spe
     random suite's draws 0-13, each faster than the pointer tile: 90 x 10228 x 1076 38.6 -> 24.3 us (torch 27.6),
     3184 x 266 x 6164 93.5 -> 66.0, 81 x 14844 x 13476 316.6 -> 270.8, 543 x 81 x 15500 28.0 -> 21.8, 2602 x 64 x
     988 13.7 -> 10.7, 4385 x 65 x 756 14.8 -> 13.3, 171 x 1636 x 7580 39.9 -> 38.5; of the 19 it leaves, the Stream-K
-    tile ran slower on 15 (1.0-2.2x the time: short K loops, 1822 x 2056 x 92 8.7 -> 18.2) and faster on four by
+    tile ran slower on 16 (1.07-2.2x the time: short K loops, 1822 x 2056 x 92 8.7 -> 18.2) and faster on three by
     1-9% (2398 x 156 x 1148, 720 x 1030 x 764, 263 x 2830 x 3004 where copying first was faster still)."""
     eb = element_bytes(dtype)
     eight = tuple(not plan.config.tma and rows * eb < 16 and _SHORT_RUN_BYTES <= runs * eb < _POINTER_RUN_BYTES
