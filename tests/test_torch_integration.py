@@ -313,6 +313,29 @@ def test_compiled_graphs_call_the_ops_without_autograd(batched, device):
     assert f"{name}_nograd.default" in backward[0] and f"{name}.default" not in backward[0]
 
 
+@pytest.mark.gpu
+def test_reduce_overhead_graphs_replay_the_twins():
+    """torch.compile's CUDA graphs (mode="reduce-overhead": inductor with cudagraph trees) over the ops' twins: a
+    no_grad layer and a training step replay with fresh inputs each time and give the eager results (the GEMMs of
+    the graph call `*_nograd`, capturing their launches)."""
+    torch._dynamo.reset()
+    lin = smgemm.nn.Linear(256, 384, device="cuda", dtype=torch.bfloat16, schedule="streamk")
+    step = torch.compile(lambda x: lin(x).float().square().sum(), mode="reduce-overhead")
+    infer = torch.compile(lambda x: lin(x), mode="reduce-overhead")
+    for _ in range(4):
+        x = randn((64, 256), torch.bfloat16, "cuda")
+        with torch.no_grad():
+            got = infer(x).clone()
+            want = lin(x)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        lin.weight.grad = None
+        step(x).backward()
+        got_grad = lin.weight.grad.clone()
+        lin.weight.grad = None
+        lin(x).float().square().sum().backward()
+        torch.testing.assert_close(got_grad, lin.weight.grad, rtol=1e-2, atol=1e-2)
+
+
 def test_a_compiled_graph_without_gradients_is_not_reused_for_them(device):
     """A function compiled where nothing required grad (its graph calls `gemm_nograd`, which records nothing) is
     compiled again once an input requires grad (Dynamo guards on grad mode and requires_grad), so the gradients
