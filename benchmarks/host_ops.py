@@ -14,14 +14,13 @@ of 200 calls interleaved over the rounds, medians and the median per-round ratio
 
 import argparse
 import os
-import statistics
 
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the --eager rows' first calls
 
-from host_compare import per_call_us
+from host_compare import compare
 
 import smgemm
 from smgemm import _gemm, _launch, _library
@@ -67,22 +66,7 @@ def main():
         pairs["op smgemm::gemm_nograd, no_grad"] = (lambda: nograd.default(a, b, *args_of), lambda: mm(a, b), False)
     if args.eager:
         pairs = eager_pairs()
-    times = {name: ([], []) for name in pairs}
-    for ours, theirs, grad in pairs.values():
-        with torch.set_grad_enabled(grad):
-            for f in (ours, theirs):
-                for _ in range(50):
-                    f()
-    for _ in range(args.rounds):
-        for name, (ours, theirs, grad) in pairs.items():
-            with torch.set_grad_enabled(grad):
-                times[name][0].append(per_call_us(ours))
-                times[name][1].append(per_call_us(theirs))
-    for name, (ours, theirs) in times.items():
-        ratio = statistics.median(p / q for p, q in zip(ours, theirs))
-        print(f"{args.name} {name}: smgemm {statistics.median(ours):.2f} us, torch {statistics.median(theirs):.2f} us, "
-              f"ratio {ratio:.3f}")
-
+    compare(args.name, pairs, args.rounds)
 
 if __name__ == "__main__":
     main()
