@@ -1252,7 +1252,7 @@ def overrides_version() -> int:
 
 
 def _eight_byte_runs(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, operands,
-                     tf32: bool) -> Plan:
+                     tf32: bool, num_sms: int | None) -> Plan:
     """`plan` (a single product on the whole device, which reads every operand where it lies), or, where its pointer
     tile reads 8-byte K-runs of 16-bit elements (`reads_at_full_speed`: a short loop, or a copy that would cost about
     what the GEMM does), a Stream-K grid of `INPLACE_RUNS_SK_CONFIG` reading them in place where `inplace_time`
@@ -1264,18 +1264,23 @@ def _eight_byte_runs(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spe
     tile ran slower on 16 (1.07-2.2x the time: short K loops, 1822 x 2056 x 92 8.7 -> 18.2) and faster on three by
     1-9% (2398 x 156 x 1148, 720 x 1030 x 764, 263 x 2830 x 3004 where copying first was faster still)."""
     eb = element_bytes(dtype)
-    eight = tuple(not plan.config.tma and rows * eb < 16 and _SHORT_RUN_BYTES <= runs * eb < _POINTER_RUN_BYTES
-                  for _, rows, runs in operands)
-    if eb != 2 or not any(eight):
+    if plan.config.tma or eb != 2:
         return plan
+    eight = tuple(rows * eb < 16 and _SHORT_RUN_BYTES <= runs * eb < _POINTER_RUN_BYTES for _, rows, runs in operands)
+    if not any(eight) or not whole_device(num_sms, spec) or not _split_pays(plan, m, n, k, dtype, spec, eight):
+        return plan
+    return make_plan(m, n, k, dtype, spec, schedule="streamk", tf32=tf32, config=INPLACE_RUNS_SK_CONFIG)
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec,
+                eight: tuple[bool, bool]) -> bool:
+    """`_eight_byte_runs`' model comparison (cached: a call given its `out` plans again every time)."""
     runs = (True, True)
     schedule = "persistent" if plan.schedule == "data_parallel" else plan.schedule
     tile = inplace_time(plan.config, m, n, k, dtype, plan.sm_budget, spec, eight, 1, schedule, runs)
     split = inplace_time(INPLACE_RUNS_SK_CONFIG, m, n, k, dtype, plan.sm_budget, spec, eight, 1, "streamk", runs)
-    floor = spec.rates.launch_floor
-    if max(floor, split) >= max(floor, tile):
-        return plan
-    return make_plan(m, n, k, dtype, spec, schedule="streamk", tf32=tf32, config=INPLACE_RUNS_SK_CONFIG)
+    return max(spec.rates.launch_floor, split) < max(spec.rates.launch_floor, tile)
 
 
 def decide(
@@ -1322,21 +1327,20 @@ def decide(
     steps = steps_per_program(plan)
     slow = [0 if reads_at_full_speed(plan.config, dtype, rows, runs, steps) else elements
             for elements, rows, runs in operands]
-    auto = schedule == "auto" and config is None and batch == 1 and whole_device(num_sms, spec)
-    if not any(slow):
-        return _eight_byte_runs(plan, m, n, k, dtype, spec, operands, tf32) if auto else plan
-    stage = _OVERRIDES.stage
-    # 8-byte K-runs that a pointer tile reads in a longer loop stay where they lie too if copying them would cost
-    # about what the GEMM does (the note at _POINTER_RUN_BYTES)
-    short = [elements if elements and not plan.config.tma and runs * element_bytes(dtype) >= _SHORT_RUN_BYTES else 0
-             for elements, (_, _, runs) in zip(slow, operands)]
-    gemm_time = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes, plan.sk_waves,
-                              spec.rates, batch)
-    if stage is None and any(short) and copy_time(plan, dtype, spec, sum(short)) >= _SHORT_RUN_COPY_SHARE * gemm_time:
-        slow = [0 if kept else elements for elements, kept in zip(slow, short)]
-        if not any(slow) and auto:
-            return _eight_byte_runs(plan, m, n, k, dtype, spec, operands, tf32)
-    if not any(slow):
+    if any(slow):
+        stage = _OVERRIDES.stage
+        # 8-byte K-runs that a pointer tile reads in a longer loop stay where they lie too if copying them would cost
+        # about what the GEMM does (the note at _POINTER_RUN_BYTES)
+        short = [elements if elements and not plan.config.tma and runs * element_bytes(dtype) >= _SHORT_RUN_BYTES
+                 else 0 for elements, (_, _, runs) in zip(slow, operands)]
+        gemm_time = modelled_time(plan.config, m, n, k, dtype, plan.sm_budget, plan.schedule, spec.l2_bytes,
+                                  plan.sk_waves, spec.rates, batch)
+        if stage is None and any(short) and \
+                copy_time(plan, dtype, spec, sum(short)) >= _SHORT_RUN_COPY_SHARE * gemm_time:
+            slow = [0 if kept else elements for elements, kept in zip(slow, short)]
+    if not any(slow):  # every operand read where it lies by the plan's tile
+        if schedule == "auto" and config is None and batch == 1:
+            return _eight_byte_runs(plan, m, n, k, dtype, spec, operands, tf32, num_sms)
         return plan
     staged = dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)
     if config is not None or element_bytes(dtype) > 2 or plan.config.block_m <= 16:
