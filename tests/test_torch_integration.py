@@ -315,25 +315,19 @@ def test_compiled_graphs_call_the_ops_without_autograd(batched, device):
 
 @pytest.mark.gpu
 def test_reduce_overhead_graphs_replay_the_twins():
-    """torch.compile's CUDA graphs (mode="reduce-overhead": inductor with cudagraph trees) over the ops' twins: a
-    no_grad layer and a training step replay with fresh inputs each time and give the eager results (the GEMMs of
-    the graph call `*_nograd`, capturing their launches)."""
+    """torch.compile's CUDA graphs (mode="reduce-overhead": inductor with cudagraph trees) over a layer under no_grad,
+    the serving case: the graph's GEMMs call the ops' twins without autograd (`*_nograd`), whose launches the graphs
+    capture, and every replay on fresh inputs gives the eager result bitwise."""
     torch._dynamo.reset()
     lin = smgemm.nn.Linear(256, 384, device="cuda", dtype=torch.bfloat16, schedule="streamk")
-    step = torch.compile(lambda x: lin(x).float().square().sum(), mode="reduce-overhead")
     infer = torch.compile(lambda x: lin(x), mode="reduce-overhead")
     for _ in range(4):
         x = randn((64, 256), torch.bfloat16, "cuda")
+        torch.compiler.cudagraph_mark_step_begin()
         with torch.no_grad():
             got = infer(x).clone()
             want = lin(x)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
-        lin.weight.grad = None
-        step(x).backward()
-        got_grad = lin.weight.grad.clone()
-        lin.weight.grad = None
-        lin(x).float().square().sum().backward()
-        torch.testing.assert_close(got_grad, lin.weight.grad, rtol=1e-2, atol=1e-2)
 
 
 def test_a_compiled_graph_without_gradients_is_not_reused_for_them(device):
