@@ -119,6 +119,15 @@ _SMEM_RESERVE = 16 * 1024  # bytes kept free for the epilogue's layout conversio
 _SK_MIN_ITERS = 2  # fewest K-iterations per Stream-K program; thinner splits run data-parallel
 _STREAMING_MAX_M = 64  # up to here B is streamed: longer K steps (block_k)
 _WIDE_K_MAX_M = 32  # up to here K steps of 512-byte rows (see choose_config)
+# Where 16-bit 16 x 64 decode tiles (B streamed) fill at least this fraction of the whole device in one wave, the
+# 16-row tiles run one tile a program, never Stream-K: those programs already stream B at the rate the device gives
+# such reads, so an even split adds only its fixup. The model predicts the split faster (~30 GB/s an SM); on the H200
+# (bf16, CUDA-graph replays, `benchmarks/sweep_configs.py --graph --variants "auto;16x64x256 w4 s4 pers"` at 276fab9,
+# one call, us) one tile a program ran 80 tiles (N = 5120, K = 4096) in 14.5-14.9 against 16.1-16.3 split, 96 (N =
+# 6144) 16.4-16.6 against 17.8-18.5 at M = 1, 8, 16 and 28.8 against 30.8-31.2 at K = 8192, 112 (N = 7168, K = 8192)
+# 32.2-32.7 against 34.7-35.3; with 64 tiles (N = 4096, K = 14336: 0.48 of a wave) the split stays faster, 33.0-34.0
+# against 36.1-37.6, and so with 160 (1.2 waves; N = 10240, K = 8192), 46.1-47.4 against 55.5-56.7.
+_DECODE_FILL = 0.6
 _ONE_ROW_MAX_M = _STREAMING_MAX_M  # up to here one row of tiles covers M (see choose_config)
 # Tiles at least this large take the Hopper path (TMA loads and store, flattened loop): on the H200 it lifted
 # 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster
@@ -650,8 +659,11 @@ def choose_config(
         # fp8 takes 256-byte K steps on persistent 4-warp tiles only in one wave of 64 x 128 tiles (_one_wave_64)
         long_steps = elem == 2 or (elem == 1 and _one_wave_64(
             dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem), m, n, k, elem, batch, budget, dense, c_matrix))
+        decode_wave = bm <= 16 and dense and elem == 2 and not fma and batch == 1 and whole_chip \
+            and _DECODE_FILL * budget <= math.ceil(m / 16) * math.ceil(n / 64) <= budget  # see _DECODE_FILL
         for schedule, waves in _candidates(schedules):
-            if ((bm, bn) == (256, 128) and whole_chip and schedule == "streamk") or \
+            if ((bm, bn) == (256, 128) and whole_chip and schedule == "streamk") or (decode_wave and schedule ==
+                                                                                     "streamk") or \
                     (skinny and (largest or (bm * bn == 128 * 128 and not fma)) and schedule == "streamk") or \
                     (thin and (not dense or schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
