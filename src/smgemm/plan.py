@@ -19,7 +19,8 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
 * persistent / data-parallel: with `budget` SMs the tiles run in `ceil(tiles / budget)` waves of k_iters
   iterations each, and no faster than streaming A, B and D through device memory once (`Rates.hbm_bytes_per_iter`),
   nor, for 16-row decode tiles, than the busiest program can load its operand bytes at such a tile's rate
-  (`Rates.sm_bytes_per_iter`, ~30 GB/s per SM; this is what makes Stream-K's even split win on decode shapes);
+  (`Rates.sm_bytes_per_iter`, ~30 GB/s per SM; this is what makes Stream-K's even split win on decode shapes,
+  except over one wave of 16 x 64 tiles that fills most of the device, `_DECODE_FILL`);
 * Stream-K (`streamk_split`): whole waves stay data-parallel; the K-iterations of the `tiles % budget` tiles of
   the last, partial wave are split evenly over all programs, so that wave costs `ceil(rem * k_iters / P)`
   iterations instead of k_iters. The fixup adds `Rates.sk_fixup_base` plus, per program sharing a split tile,
