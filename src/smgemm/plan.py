@@ -622,6 +622,9 @@ def choose_config(
     best, best_cost = None, math.inf
     tall_first = fma or (elem == 1 and m > _SKINNY_MAX_M) or not dense
     whole_chip = budget >= spec.num_sms
+    # one wave of 16 x 64 decode tiles that fills most of the device: its 16-row tiles are not split (_DECODE_FILL)
+    decode_wave = dense and elem == 2 and not fma and batch == 1 and whole_chip \
+        and _DECODE_FILL * budget <= math.ceil(m / 16) * math.ceil(n / 64) <= budget
     for bm, bn, warps in _TALL_FIRST if tall_first else _CANDIDATE_TILES:
         if bm > max_m or bn > max_n or (one_row and bm < max_m) or (fma and bm * bn > _FMA_MAX_TILE):
             continue
@@ -660,11 +663,9 @@ def choose_config(
         # fp8 takes 256-byte K steps on persistent 4-warp tiles only in one wave of 64 x 128 tiles (_one_wave_64)
         long_steps = elem == 2 or (elem == 1 and _one_wave_64(
             dataclasses.replace(cfg, block_k=_LONG_STEP_BYTES // elem), m, n, k, elem, batch, budget, dense, c_matrix))
-        decode_wave = bm <= 16 and dense and elem == 2 and not fma and batch == 1 and whole_chip \
-            and _DECODE_FILL * budget <= math.ceil(m / 16) * math.ceil(n / 64) <= budget  # see _DECODE_FILL
         for schedule, waves in _candidates(schedules):
-            if ((bm, bn) == (256, 128) and whole_chip and schedule == "streamk") or (decode_wave and schedule ==
-                                                                                     "streamk") or \
+            if ((bm, bn) == (256, 128) and whole_chip and schedule == "streamk") or \
+                    (decode_wave and bm <= 16 and schedule == "streamk") or \
                     (skinny and (largest or (bm * bn == 128 * 128 and not fma)) and schedule == "streamk") or \
                     (thin and (not dense or schedule != "streamk" or bm < 32 or budget < spec.num_sms)):
                 continue
