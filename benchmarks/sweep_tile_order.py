@@ -7,12 +7,15 @@ With --square-stages N the other side is instead the planner with `plan._SQUARE_
 128 x 128 tiles), the measurement behind that rule; with --square-rules, the planner without the rules that extend
 those tiles (5 stages beyond three waves, `plan._SQUARE_DEEP_MIN_FILL`; one-wave skinny products,
 `plan._SKINNY_SQUARE_MIN_FILL`) and without their rate (`Rates.square_deep_factor`), the measurement behind those;
-with --rates NAME=VALUE,..., the planner with those `smgemm.Rates` fields (a refit of the model). --list prints the
+with --rates NAME=VALUE,..., the planner with those `smgemm.Rates` fields (a refit of the model); with --hopper-small,
+the planner with its 4-warp tiles kept on the pointer path (`plan._HOPPER_SMALL_TILES` empty), the measurement behind
+`plan.hopper_path`. --list prints the
 problems whose pick changes and both picks, untimed, on any machine (no GPU: the interpreter's emulated H200).
 
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --num-sms ,32,66
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --seeds 2 --square-stages 4
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --square-rules
+    PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --seeds 16 --num-sms ,66 --hopper-small
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype fp16 --seeds 12 --list \
         --rates unaligned_loads_per_iter=6100,inplace_run_speedup=1.695
 """
@@ -43,6 +46,8 @@ def main():
     p.add_argument("--square-rules", action="store_true",
                    help="the other side: the planner without the rules that extend 5-stage 128 x 128 tiles")
     p.add_argument("--rates", default="", help="the other side: the planner with these Rates fields, NAME=VALUE,...")
+    p.add_argument("--hopper-small", action="store_true",
+                   help="the other side: the planner with its 4-warp tiles on the pointer path (plan.hopper_path)")
     p.add_argument("--list", action="store_true", help="only list the changed picks (no timing, no GPU needed)")
     args = p.parse_args()
     print(environment())
@@ -51,12 +56,14 @@ def main():
     spec = device_spec(torch.device("cuda")) if gpu else INTERPRETER_SPEC
     ours = {"_CANDIDATE_TILES": P._CANDIDATE_TILES, "_TALL_FIRST": P._TALL_FIRST,
             "_SQUARE_DEEP_STAGES": P._SQUARE_DEEP_STAGES, "_SQUARE_DEEP_MIN_FILL": P._SQUARE_DEEP_MIN_FILL,
-            "_SKINNY_SQUARE_MIN_FILL": P._SKINNY_SQUARE_MIN_FILL}
+            "_SKINNY_SQUARE_MIN_FILL": P._SKINNY_SQUARE_MIN_FILL, "_HOPPER_SMALL_TILES": P._HOPPER_SMALL_TILES}
     other_rates = None  # the other side's model rates, where they differ
     if args.rates:
         fields = (field.split("=", 1) for field in args.rates.split(","))
         other, label = ours, "rates"
         other_rates = dataclasses.replace(spec.rates, **{name: float(value) for name, value in fields})
+    elif args.hopper_small:
+        other, label = {**ours, "_HOPPER_SMALL_TILES": ()}, "pointer"
     elif args.square_rules:
         other = {**ours, "_SQUARE_DEEP_MIN_FILL": math.inf, "_SKINNY_SQUARE_MIN_FILL": math.inf}
         other_rates = dataclasses.replace(spec.rates, square_deep_factor=1.0)

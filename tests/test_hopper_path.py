@@ -13,8 +13,9 @@ from cases import DTYPES, Case
 from reference import assert_gemm_close, randn
 from smgemm._device import DeviceSpec, device_spec
 from smgemm._gemm import gemm
+from smgemm._launch import Operands, operands_alignment, staged, static_args
 from smgemm._launch import tma_mode as _tma_mode
-from smgemm.plan import TileConfig, make_plan
+from smgemm.plan import TileConfig, decide, make_plan
 
 HOPPER = TileConfig(32, 64, 32, num_warps=4, num_stages=2, tma=True, tma_store=True, flatten=True)
 
@@ -147,6 +148,62 @@ def test_planner_takes_the_hopper_path_on_large_tiles_only():
         hopper = cfg.block_m * cfg.block_n >= 128 * 128
         assert cfg.tma == cfg.tma_store == cfg.flatten == hopper, (m, n, k, cfg)
     assert not make_plan(16, 4096, 4096, torch.bfloat16, spec).config.tma
+
+
+H200 = DeviceSpec("NVIDIA H200", 132, 232448, (9, 0))
+
+
+def _decided(m, n, k, dtype=torch.bfloat16, rows=16, **kw):
+    """decide()'s plan and the model's own (make_plan) for operands whose rows start aligned to `rows` elements."""
+    operands = ((m * k, rows, rows), (n * k, rows, rows))
+    return decide(m, n, k, dtype, H200, operands=operands, **kw), make_plan(m, n, k, dtype, H200, **{
+        key: value for key, value in kw.items() if key in ("num_sms", "c_matrix")})
+
+
+def test_planner_moves_persistent_four_warp_tiles_onto_the_hopper_path_where_tma_reads_them():
+    # plan.hopper_path: the model's persistent 64 x 128 / 128 x 64 tiles (4 warps, 16 bits, K steps of >= 128 bytes,
+    # M > 64, no C matrix) take TMA loads, a flattened loop and a whole TMA store, after the staging decision.
+    for m, n, k, num_sms in ((520, 1030, 128, None), (1461, 693, 480, None), (66, 4917, 152, 66)):
+        plan, modelled = _decided(m, n, k, num_sms=num_sms)
+        cfg = plan.config
+        assert (cfg.block_m, cfg.block_n, cfg.num_warps) in ((64, 128, 4), (128, 64, 4)) and plan.sk_tiles == 0
+        assert not modelled.config.tma and modelled.config == dataclasses.replace(
+            cfg, tma=False, tma_store=False, flatten=False, whole_store=False), (m, n, k)
+        assert cfg.tma and cfg.tma_store and cfg.flatten and cfg.whole_store, (m, n, k)
+        assert _decided(m, n, k, torch.float16, num_sms=num_sms)[0].config == cfg
+        # not with a C matrix, nor for 4-byte elements (TF32), nor at M = 64 (measured level or slower there)
+        assert not _decided(m, n, k, num_sms=num_sms, c_matrix=True)[0].config.tma
+        assert not decide(m, n, k, torch.float32, H200, tf32=True, num_sms=num_sms).config.tma
+    plan, modelled = _decided(64, 28672, 4096)
+    assert (plan.config.block_m, plan.config.block_n) == (64, 128) and plan.config == modelled.config
+    assert not plan.config.tma
+
+
+@pytest.mark.parametrize("m, n, k", [(720, 1030, 764), (263, 2830, 3004), (1712, 377, 482), (3248, 303, 276)])
+def test_small_tiles_take_the_hopper_path_only_where_tma_reads_every_operand(m, n, k):
+    # Rows aligned to 4 bf16 elements (8 bytes) with 8-byte K-runs: read in place through pointers, never in a
+    # flattened TMA loop (measured 3-6x slower); rows of 16 bytes, or operands staged into such copies, go through TMA.
+    for rows in (1, 2, 4, 8, 16):
+        plan, _ = _decided(m, n, k, rows=rows)
+        cfg = plan.config
+        if cfg.block_m * cfg.block_n >= 128 * 128 or cfg.num_warps != 4:
+            continue  # the in-place 8-warp tiles of 1- and 2-element rows
+        readable = all(staged or rows * 2 >= 16 for staged in (plan.stage_a, plan.stage_b))
+        assert cfg.tma == cfg.flatten == readable, (m, n, k, rows, plan)
+        assert readable == (rows != 4), (m, n, k, rows, plan)
+
+
+def test_a_small_hopper_tile_planned_for_the_device_runs_through_descriptors(device):
+    # 520 x 1024 x 64 fp16 plans persistent 64 x 128 tiles on the Hopper path (72 programs): A, B and D through
+    # descriptors, checked element by element against float64.
+    a = randn((520, 64), torch.float16, device)
+    b = randn((1024, 64), torch.float16, device).t()
+    plan = decide(520, 1024, 64, torch.float16, device_spec(a.device), operands=operands_alignment(a, b))
+    assert (plan.config.block_m, plan.config.block_n) == (64, 128) and plan.config.tma and plan.schedule == "persistent"
+    out = torch.empty(520, 1024, dtype=torch.float16, device=device)
+    meta = static_args(plan, staged(plan, Operands(a, b, out)), 0, 0, False)[1]
+    assert (meta["A_DESC"], meta["B_DESC"], meta["D_DESC"], meta["FLATTEN"]) == ("stored", "transposed", 1, True)
+    assert_gemm_close(gemm(a, b), a, b)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])

@@ -91,7 +91,7 @@ def test_planner_stages_where_it_pays(m, n, k, expect):
     operands = ((m * k, 1, 1), (n * k, 1, 1))  # odd K: rows aligned to one element
     plan = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=operands)
     assert (plan.stage_a or plan.stage_b) == expect
-    aligned = make_plan(m, n, k, torch.bfloat16, INTERPRETER_SPEC)
+    aligned = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=((m * k, 16, 16), (n * k, 16, 16)))
     if expect or aligned.config.block_m <= 16:  # staging, or a decode tile, changes nothing else of the plan
         assert dataclasses.replace(plan, stage_a=False, stage_b=False) == aligned
     else:  # read in place by a tile whose element loads fit its registers

@@ -44,7 +44,9 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
 * tiles of 128 x 128 and more take the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`), smaller ones
   the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
   rate than its intensity says (`Rates.hopper_efficiency_exponent`), and so is one wave of 64 x 128 pointer tiles
-  over a long K loop (`Rates.one_wave_64_factor`, `_one_wave_64`);
+  over a long K loop (`Rates.one_wave_64_factor`, `_one_wave_64`). Where TMA reads their operands, persistent
+  4-warp 64 x 128 and 128 x 64 tiles run the Hopper path too, decided after the staging (`decide`, `hopper_path`:
+  measured, not modelled);
 * one measured exception to the model: on the whole device, 16-bit K loops of at most 128 over one or two waves of
   128 x 128 tiles (M and N above 128) run one 4-warp pointer program per tile, two an SM (`_OVERLAP_MAX_K`): the
   model has no term for the result's store, which such short tiles are mostly made of.
@@ -132,7 +134,8 @@ _DECODE_FILL = 0.6
 _ONE_ROW_MAX_M = _STREAMING_MAX_M  # up to here one row of tiles covers M (see choose_config)
 # Tiles at least this large take the Hopper path (TMA loads and store, flattened loop): on the H200 it lifted
 # 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster
-# (benchmarks/sweep_hopper.py). Measured, not modelled.
+# (benchmarks/sweep_hopper.py). Measured, not modelled. The model's persistent 4-warp 64 x 128 and 128 x 64 tiles
+# take it after the staging where TMA reads their operands (`_HOPPER_SMALL_TILES`).
 _HOPPER_PATH_MIN_TILE = 128 * 128
 # Skinny GEMMs (64 < M <= 128, one or two rows of tiles): 64 x 128 / 128 x 64 pointer tiles with 256-byte K steps
 # and Stream-K ran 0.77-0.89x of cuBLAS where 128 x 128 tiles (TMA or not) ran 0.63-0.82x and Stream-K over
@@ -1297,6 +1300,46 @@ def _split_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: De
     return max(spec.rates.launch_floor, split) < max(spec.rates.launch_floor, tile)
 
 
+# Persistent 16-bit 4-warp tiles of 64 x 128 and 128 x 64 with K steps of at least 128 bytes, as the model picks them
+# above the streaming rows (M > _STREAMING_MAX_M) for a single product without a C matrix, run Triton's Hopper path
+# (`hopper_path`) where TMA reads both operands (rows of 16 bytes, or staged for the pointer tile as they are): TMA
+# loads, the tile loop flattened with the K loop (the next tile's first steps load during this tile's epilogue) and
+# a whole TMA store where the output allows it. On the H200 (`benchmarks/sweep_tile_order.py --hopper-small --seeds
+# 16 --num-sms ,66`, and `--dtype fp16 --seeds 8`: the planner against itself with those tiles kept on the pointer
+# path, on every pick it changes in the suites and random draws, twice a side in one run) the plans this rule moves
+# ran bf16 on the whole device 0.53-1.11x the time (geometric mean 0.81, 49 of 50 faster: 66 x 4917 x 152 9.30 -> 4.94
+# us, 1712 x 377 x 482 staged 14.4 -> 9.31, 1461 x 693 x 482 staged 16.5 -> 10.8, 128 x 6144 x 4096 19.9 -> 19.6), on
+# 66 SMs 0.39-1.00x (0.79, 41 problems: 75 x 3882 x 120 9.50 -> 4.45), fp16 on the whole device 0.63-0.99x (0.84, 25
+# problems). The one slower, 7818 x 66 x 1040 13.0 -> 14.4 us, stores its 132-byte output rows through pointers. Left
+# out, as measured in the same runs: M = 64 (64 x 28672 x 4096 1.01x the time in bf16, 1.07x in fp16), and operands
+# that TMA cannot read (8-byte rows read in place), whose loads in a flattened loop ran 3-6x slower (263 x 2830 x
+# 3004 39.9 -> 234 us). Over Stream-K grids the Hopper path was level (16 problems forced both ways, 0.88-1.05x the
+# time), and 4-warp steps of 64 bytes ran up to 1.8x slower (184 x 3705 x 132 4.82 -> 8.52 us), both forced with
+# `benchmarks/sweep_configs.py` (variants "64x128x32 w4 s4" against "64x128x32 w4 s4 tma whole", and the same with
+# "sk"), so those keep the pointer path, as does one wave of 64 x 128 tiles over long K loops (`_one_wave_64`: TMA
+# loads measured slower).
+_HOPPER_SMALL_TILES = ((64, 128), (128, 64))
+_HOPPER_SMALL_MIN_STEP_BYTES = 128
+
+
+def hopper_path(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, batch: int,
+                c_matrix: bool, operands: tuple | None) -> Plan:
+    """`plan`, or where its tile is one of `_HOPPER_SMALL_TILES` run persistent and TMA reads both `operands` (the
+    note there; None: aligned), the same plan on the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`;
+    `whole_store` where it fits)."""
+    cfg, elem = plan.config, element_bytes(dtype)
+    if cfg.tma or (cfg.block_m, cfg.block_n) not in _HOPPER_SMALL_TILES or cfg.num_warps != 4 or elem != 2 \
+            or plan.schedule != "persistent" or batch != 1 or c_matrix or m <= _STREAMING_MAX_M \
+            or cfg.block_k * elem < _HOPPER_SMALL_MIN_STEP_BYTES \
+            or _one_wave_64(cfg, m, n, k, elem, batch, plan.sm_budget, True, c_matrix):
+        return plan
+    if operands is not None and not all(staged or rows * elem >= 16 for staged, (_, rows, _) in
+                                        zip((plan.stage_a, plan.stage_b), operands)):
+        return plan
+    cfg = dataclasses.replace(cfg, tma=True, tma_store=True, flatten=True)
+    return dataclasses.replace(plan, config=dataclasses.replace(cfg, whole_store=whole_store_fits(cfg, elem, spec)))
+
+
 def decide(
     m: int,
     n: int,
@@ -1334,10 +1377,11 @@ def decide(
     if mxfp4:
         return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config,
                             layout=mx_layout, a_mx=mx_a)
+    modelled = config is None  # the model's tile, which `hopper_path` may move onto the Hopper path
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch,
                      c_matrix=c_matrix)
     if operands is None:
-        return plan
+        return hopper_path(plan, m, n, k, dtype, spec, batch, c_matrix, operands) if modelled else plan
     steps = steps_per_program(plan)
     slow = [0 if reads_at_full_speed(plan.config, dtype, rows, runs, steps) else elements
             for elements, rows, runs in operands]
@@ -1353,9 +1397,9 @@ def decide(
                 copy_time(plan, dtype, spec, sum(short)) >= _SHORT_RUN_COPY_SHARE * gemm_time:
             slow = [0 if kept else elements for elements, kept in zip(slow, short)]
     if not any(slow):  # every operand read where it lies by the plan's tile
-        if schedule == "auto" and config is None and batch == 1:
-            return _eight_byte_runs(plan, m, n, k, dtype, spec, operands, tf32, num_sms)
-        return plan
+        if schedule == "auto" and modelled and batch == 1:
+            plan = _eight_byte_runs(plan, m, n, k, dtype, spec, operands, tf32, num_sms)
+        return hopper_path(plan, m, n, k, dtype, spec, batch, c_matrix, operands) if modelled else plan
     staged = dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)
     if config is not None or element_bytes(dtype) > 2 or plan.config.block_m <= 16:
         # A forced tile, 4-byte elements (which Triton still loads asynchronously) or a decode tile: the tile stays,
@@ -1377,6 +1421,6 @@ def decide(
         staged_time = copy_time(plan, dtype, spec, sum(slow)) + max(spec.rates.launch_floor, gemm_time)
         stage = staged_time < max(spec.rates.launch_floor, time)
     if stage:
-        return staged
+        return hopper_path(staged, m, n, k, dtype, spec, batch, c_matrix, operands)
     return make_plan(m, n, k, dtype, spec, schedule=inplace_schedule if schedule == "auto" else schedule,
                      num_sms=num_sms, tf32=tf32, config=inplace, batch=batch)
