@@ -204,6 +204,10 @@ def test_a_small_hopper_tile_planned_for_the_device_runs_through_descriptors(dev
     meta = static_args(plan, staged(plan, Operands(a, b, out)), 0, 0, False)[1]
     assert (meta["A_DESC"], meta["B_DESC"], meta["D_DESC"], meta["FLATTEN"]) == ("stored", "transposed", 1, True)
     assert_gemm_close(gemm(a, b), a, b)
+    # with a bias row (the whole store, C read as a row), and into an fp32 output (stored in halves)
+    bias = randn((1024,), torch.float16, device)
+    assert_gemm_close(gemm(a, b, c=bias, beta=0.5), a, b, beta=0.5, c=bias)
+    assert_gemm_close(gemm(a, b, out_dtype=torch.float32), a, b)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
