@@ -1303,21 +1303,21 @@ def _split_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: De
 # Persistent 16-bit 4-warp tiles of 64 x 128 and 128 x 64 with K steps of at least 128 bytes, as the model picks them
 # above the streaming rows (M > _STREAMING_MAX_M) for a single product without a C matrix, run Triton's Hopper path
 # (`hopper_path`) where TMA reads both operands (rows of 16 bytes, or staged for the pointer tile as they are): TMA
-# loads, the tile loop flattened with the K loop (the next tile's first steps load during this tile's epilogue) and
-# a whole TMA store where the output allows it. On the H200 (`benchmarks/sweep_tile_order.py --hopper-small --seeds
-# 16 --num-sms ,66`, and `--dtype fp16 --seeds 8`: the planner against itself with those tiles kept on the pointer
-# path, on every pick it changes in the suites and random draws, twice a side in one run) the plans this rule moves
-# ran bf16 on the whole device 0.53-1.11x the time (geometric mean 0.81, 49 of 50 faster: 66 x 4917 x 152 9.30 -> 4.94
-# us, 1712 x 377 x 482 staged 14.4 -> 9.31, 1461 x 693 x 482 staged 16.5 -> 10.8, 128 x 6144 x 4096 19.9 -> 19.6), on
-# 66 SMs 0.39-1.00x (0.79, 41 problems: 75 x 3882 x 120 9.50 -> 4.45), fp16 on the whole device 0.63-0.99x (0.84, 25
-# problems). The one slower, 7818 x 66 x 1040 13.0 -> 14.4 us, stores its 132-byte output rows through pointers. Left
-# out, as measured in the same runs: M = 64 (64 x 28672 x 4096 1.01x the time in bf16, 1.07x in fp16), and operands
-# that TMA cannot read (8-byte rows read in place), whose loads in a flattened loop ran 3-6x slower (263 x 2830 x
-# 3004 39.9 -> 234 us). Over Stream-K grids the Hopper path was level (16 problems forced both ways, 0.88-1.05x the
-# time), and 4-warp steps of 64 bytes ran up to 1.8x slower (184 x 3705 x 132 4.82 -> 8.52 us), both forced with
-# `benchmarks/sweep_configs.py` (variants "64x128x32 w4 s4" against "64x128x32 w4 s4 tma whole", and the same with
-# "sk"), so those keep the pointer path, as does one wave of 64 x 128 tiles over long K loops (`_one_wave_64`: TMA
-# loads measured slower).
+# loads, the tile loop flattened with the K loop (the next tile's first steps load during this tile's epilogue) and a
+# whole TMA store where the output allows it. On the H200 (`benchmarks/sweep_tile_order.py --hopper-small --seeds 16
+# --num-sms ,66`, and `--dtype fp16 --seeds 8`: the planner against itself with those tiles kept on the pointer path, on
+# every pick it changes in the suites and random draws, twice a side in one run; docs/performance.md, "4-warp tiles on
+# the Hopper path") the plans this rule moves ran bf16 on the whole device 0.53-1.11x the time (geometric mean 0.81, 49
+# of 50 faster: 66 x 4917 x 152 9.30 -> 4.94 us, 1712 x 377 x 482 staged 14.4 -> 9.31, 1461 x 693 x 482 staged 16.5 ->
+# 10.8, 128 x 6144 x 4096 19.9 -> 19.6), on 66 SMs 0.39-1.00x (0.79, 41 problems: 75 x 3882 x 120 9.50 -> 4.45), fp16 on
+# the whole device 0.63-0.99x (0.84, 25 problems). The one slower, 7818 x 66 x 1040 13.0 -> 14.4 us, stores its 132-byte
+# output rows through pointers. Left out, as measured in the same runs: M = 64 (64 x 28672 x 4096 1.01x the time in
+# bf16, 1.07x in fp16), and operands that TMA cannot read (8-byte rows read in place), whose loads in a flattened loop
+# ran 3-6x slower (263 x 2830 x 3004 39.9 -> 234 us). Over Stream-K grids the Hopper path was level (16 problems forced
+# both ways, 0.88-1.05x the time), and 4-warp steps of 64 bytes ran up to 1.8x slower (184 x 3705 x 132 4.82 -> 8.52
+# us), both forced with `benchmarks/sweep_configs.py` (the planner's tile as "BMxBNxBK wW sS" or "... sk" against the
+# same with "tma whole"), so those keep the pointer path, as does one wave of 64 x 128 tiles over long K loops
+# (`_one_wave_64`: TMA loads measured slower).
 _HOPPER_SMALL_TILES = ((64, 128), (128, 64))
 _HOPPER_SMALL_MIN_STEP_BYTES = 128
 
