@@ -1314,10 +1314,10 @@ def _split_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: De
 # output rows through pointers. Left out, as measured in the same runs: M = 64 (64 x 28672 x 4096 1.01x the time in
 # bf16, 1.07x in fp16), and operands that TMA cannot read (8-byte rows read in place), whose loads in a flattened loop
 # ran 3-6x slower (263 x 2830 x 3004 39.9 -> 234 us). Over Stream-K grids the Hopper path was level (16 problems forced
-# both ways, 0.88-1.05x the time), and 4-warp steps of 64 bytes ran up to 1.8x slower (184 x 3705 x 132 4.82 -> 8.52
-# us), both forced with `benchmarks/sweep_configs.py` (the planner's tile as "BMxBNxBK wW sS" or "... sk" against the
-# same with "tma whole"), so those keep the pointer path, as does one wave of 64 x 128 tiles over long K loops
-# (`_one_wave_64`: TMA loads measured slower).
+# both ways, 0.88-1.05x the time), and 4-warp steps of 64 bytes were measured only on operands TMA cannot read (184 x
+# 3705 x 132 4.82 -> 8.52 us), both forced with `benchmarks/sweep_configs.py` (the planner's tile as "BMxBNxBK wW sS" or
+# "... sk" against the same with "tma whole"), so those keep the pointer path, as does one wave of 64 x 128 tiles over
+# long K loops (`_one_wave_64`: TMA loads measured slower).
 _HOPPER_SMALL_TILES = ((64, 128), (128, 64))
 _HOPPER_SMALL_MIN_STEP_BYTES = 128
 
