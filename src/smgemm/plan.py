@@ -1377,11 +1377,18 @@ def decide(
     if mxfp4:
         return make_mx_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, config=config,
                             layout=mx_layout, a_mx=mx_a)
-    modelled = config is None  # the model's tile, which `hopper_path` may move onto the Hopper path
+    plan = _staged_plan(m, n, k, dtype, spec, schedule, num_sms, tf32, config, batch, operands, c_matrix)
+    # the model's tile, its staging decided, may move onto the Hopper path
+    return plan if config is not None else hopper_path(plan, m, n, k, dtype, spec, batch, c_matrix, operands)
+
+
+def _staged_plan(m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, schedule: str, num_sms: int | None,
+                 tf32: bool, config: TileConfig | None, batch: int, operands, c_matrix: bool) -> Plan:
+    """`decide`'s plan of a dense GEMM: the model's (or `config`), and which `operands` to copy first."""
     plan = make_plan(m, n, k, dtype, spec, schedule=schedule, num_sms=num_sms, tf32=tf32, config=config, batch=batch,
                      c_matrix=c_matrix)
     if operands is None:
-        return hopper_path(plan, m, n, k, dtype, spec, batch, c_matrix, operands) if modelled else plan
+        return plan
     steps = steps_per_program(plan)
     slow = [0 if reads_at_full_speed(plan.config, dtype, rows, runs, steps) else elements
             for elements, rows, runs in operands]
@@ -1397,9 +1404,9 @@ def decide(
                 copy_time(plan, dtype, spec, sum(short)) >= _SHORT_RUN_COPY_SHARE * gemm_time:
             slow = [0 if kept else elements for elements, kept in zip(slow, short)]
     if not any(slow):  # every operand read where it lies by the plan's tile
-        if schedule == "auto" and modelled and batch == 1:
-            plan = _eight_byte_runs(plan, m, n, k, dtype, spec, operands, tf32, num_sms)
-        return hopper_path(plan, m, n, k, dtype, spec, batch, c_matrix, operands) if modelled else plan
+        if schedule == "auto" and config is None and batch == 1:
+            return _eight_byte_runs(plan, m, n, k, dtype, spec, operands, tf32, num_sms)
+        return plan
     staged = dataclasses.replace(plan, stage_a=slow[0] > 0, stage_b=slow[1] > 0)
     if config is not None or element_bytes(dtype) > 2 or plan.config.block_m <= 16:
         # A forced tile, 4-byte elements (which Triton still loads asynchronously) or a decode tile: the tile stays,
@@ -1421,6 +1428,6 @@ def decide(
         staged_time = copy_time(plan, dtype, spec, sum(slow)) + max(spec.rates.launch_floor, gemm_time)
         stage = staged_time < max(spec.rates.launch_floor, time)
     if stage:
-        return hopper_path(staged, m, n, k, dtype, spec, batch, c_matrix, operands)
+        return staged
     return make_plan(m, n, k, dtype, spec, schedule=inplace_schedule if schedule == "auto" else schedule,
                      num_sms=num_sms, tf32=tf32, config=inplace, batch=batch)
