@@ -179,6 +179,39 @@ def test_planner_moves_persistent_four_warp_tiles_onto_the_hopper_path_where_tma
     assert not plan.config.tma
 
 
+def test_planner_moves_streamk_four_warp_tiles_whose_last_row_tile_is_partial():
+    # plan.hopper_path, `_hopper_streamk`: Stream-K grids of those tiles with 256-byte K steps move where M > 64 leaves
+    # the last row tile partial; where M fills its row tiles (the Llama rows of M = 64 and 128) they stay.
+    for m, n, k, num_sms in ((67, 2055, 10441, None), (105, 4272, 8273, None), (102, 6581, 3789, 66),
+                             (75, 846, 11968, 66)):
+        plan, modelled = _decided(m, n, k, num_sms=num_sms)
+        cfg = plan.config
+        assert plan.schedule == "streamk" and plan.sk_tiles > 0 and cfg.num_warps == 4, (m, n, k, plan)
+        assert m % cfg.block_m and cfg.block_k * 2 >= 256
+        assert cfg.tma and cfg.tma_store and cfg.flatten and cfg.whole_store, (m, n, k)
+        assert modelled.config == dataclasses.replace(cfg, tma=False, tma_store=False, flatten=False, whole_store=False)
+        assert not _decided(m, n, k, num_sms=num_sms, c_matrix=True)[0].config.tma
+        # 8-byte rows read in place stay on the pointer path
+        in_place, _ = _decided(m, n, k, num_sms=num_sms, rows=4)
+        assert not in_place.config.flatten or in_place.stage_a and in_place.stage_b, (m, n, k, in_place)
+    for m, n, k, num_sms in ((128, 4096, 14336, None), (128, 4096, 8192, None), (64, 4096, 14336, 66)):
+        plan, modelled = _decided(m, n, k, num_sms=num_sms)
+        assert plan.schedule == "streamk" and plan.config == modelled.config and not plan.config.tma, (m, n, k, plan)
+
+
+def test_a_streamk_hopper_tile_planned_for_the_device_runs_through_descriptors(device):
+    # 65 x 192 x 4096 fp16 on 2 SMs plans Stream-K over three 128 x 64 tiles (one row tile, 65 of its 128 rows real)
+    # on the Hopper path: A, B and D through descriptors, the partial tiles' sums fixed up, checked against float64.
+    a = randn((65, 4096), torch.float16, device)
+    b = randn((192, 4096), torch.float16, device).t()
+    plan = decide(65, 192, 4096, torch.float16, device_spec(a.device), num_sms=2, operands=operands_alignment(a, b))
+    assert plan.schedule == "streamk" and plan.sk_tiles > 0 and plan.config.tma and plan.config.flatten
+    out = torch.empty(65, 192, dtype=torch.float16, device=device)
+    meta = static_args(plan, staged(plan, Operands(a, b, out)), 0, 0, False)[1]
+    assert (meta["A_DESC"], meta["B_DESC"], meta["D_DESC"]) == ("stored", "transposed", 1)
+    assert_gemm_close(gemm(a, b, num_sms=2), a, b)
+
+
 @pytest.mark.parametrize("m, n, k", [(720, 1030, 764), (263, 2830, 3004), (1712, 377, 482), (3248, 303, 276)])
 def test_small_tiles_take_the_hopper_path_only_where_tma_reads_every_operand(m, n, k):
     # Rows aligned to 4 bf16 elements (8 bytes) with 8-byte K-runs: read in place through pointers, never in a

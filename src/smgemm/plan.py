@@ -45,8 +45,8 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
   rate than its intensity says (`Rates.hopper_efficiency_exponent`), and so is one wave of 64 x 128 pointer tiles
   over a long K loop (`Rates.one_wave_64_factor`, `_one_wave_64`). Where TMA reads their operands, persistent
-  4-warp 64 x 128 and 128 x 64 tiles run the Hopper path too, decided after the staging (`decide`, `hopper_path`:
-  measured, not modelled);
+  4-warp 64 x 128 and 128 x 64 tiles run the Hopper path too, and Stream-K ones whose last row tile M leaves partial,
+  decided after the staging (`decide`, `hopper_path`: measured, not modelled);
 * one measured exception to the model: on the whole device, 16-bit K loops of at most 128 over one or two waves of
   128 x 128 tiles (M and N above 128) run one 4-warp pointer program per tile, two an SM (`_OVERLAP_MAX_K`): the
   model has no term for the result's store, which such short tiles are mostly made of.
@@ -135,7 +135,7 @@ _ONE_ROW_MAX_M = _STREAMING_MAX_M  # up to here one row of tiles covers M (see c
 # Tiles at least this large take the Hopper path (TMA loads and store, flattened loop): on the H200 it lifted
 # 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster
 # (benchmarks/sweep_hopper.py). Measured, not modelled. The model's persistent 4-warp 64 x 128 and 128 x 64 tiles
-# take it after the staging where TMA reads their operands (`_HOPPER_SMALL_TILES`).
+# (and some Stream-K ones) take it after the staging where TMA reads their operands (`_HOPPER_SMALL_TILES`).
 _HOPPER_PATH_MIN_TILE = 128 * 128
 # Skinny GEMMs (64 < M <= 128, one or two rows of tiles): 64 x 128 / 128 x 64 pointer tiles with 256-byte K steps
 # and Stream-K ran 0.77-0.89x of cuBLAS where 128 x 128 tiles (TMA or not) ran 0.63-0.82x and Stream-K over
@@ -1313,23 +1313,37 @@ def _split_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: De
 # the whole device 0.63-0.99x (0.84, 25 problems). The one slower, 7818 x 66 x 1040 13.0 -> 14.4 us, stores its 132-byte
 # output rows through pointers. Left out, as measured in the same runs: M = 64 (64 x 28672 x 4096 1.01x the time in
 # bf16, 1.07x in fp16), and operands that TMA cannot read (8-byte rows read in place), whose loads in a flattened loop
-# ran 3-6x slower (263 x 2830 x 3004 39.9 -> 234 us). Over Stream-K grids the Hopper path was level (16 problems forced
-# both ways, 0.88-1.05x the time), and 4-warp steps of 64 bytes were measured only on operands TMA cannot read (184 x
-# 3705 x 132 4.82 -> 8.52 us), both forced with `benchmarks/sweep_configs.py` (the planner's tile as "BMxBNxBK wW sS" or
-# "... sk" against the same with "tma whole"), so those keep the pointer path, as does one wave of 64 x 128 tiles over
-# long K loops (`_one_wave_64`: TMA loads measured slower).
+# ran 3-6x slower (263 x 2830 x 3004 39.9 -> 234 us). 4-warp steps of 64 bytes were measured only on operands TMA
+# cannot read (184 x 3705 x 132 4.82 -> 8.52 us; forced with `benchmarks/sweep_configs.py`, the planner's tile as
+# "BMxBNxBK wW sS" against the same with "tma whole"), so those keep the pointer path, as does one wave of 64 x 128
+# tiles over long K loops (`_one_wave_64`: TMA loads measured slower).
+#
+# Stream-K plans of such tiles with 256-byte K steps take the Hopper path too where M > 64 does not fill its last row
+# tile (`_hopper_streamk`): there the pointer path masks A's rows in every step and TMA fills them with zeros. The same
+# A/B in bf16 (`--hopper-small --seeds 17 --num-sms ,66`, one run) timed every such plan of draws 0-16 faster: whole
+# device 0.78-0.91x the time (67 x 2055 x 10441 78.0 -> 60.5 us, 120 x 2885 x 11785 104.2 -> 85.2, 105 x 4272 x 8273
+# 98.9 -> 86.5; 5 problems), 66 SMs 0.80-0.94x (13 problems: 102 x 6581 x 3789 158.2 -> 126.8). Where M fills its row
+# tiles (the Llama rows of M = 64 and 128) the same move ran 0.98-1.05x the time, so those keep the pointer path.
 _HOPPER_SMALL_TILES = ((64, 128), (128, 64))
 _HOPPER_SMALL_MIN_STEP_BYTES = 128
+_HOPPER_STREAMK_MIN_STEP_BYTES = 256
+
+
+def _hopper_streamk(plan: Plan, m: int, elem: int) -> bool:
+    """Whether Stream-K `plan` (a `_HOPPER_SMALL_TILES` tile) runs the Hopper path: the note above."""
+    cfg = plan.config
+    return plan.schedule == "streamk" and cfg.block_k * elem >= _HOPPER_STREAMK_MIN_STEP_BYTES and m % cfg.block_m != 0
 
 
 def hopper_path(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, batch: int,
                 c_matrix: bool, operands: tuple | None) -> Plan:
-    """`plan`, or where its tile is one of `_HOPPER_SMALL_TILES` run persistent and TMA reads both `operands` (the
-    note there; None: aligned), the same plan on the Hopper path (`TileConfig.tma`, `tma_store`, `flatten`;
-    `whole_store` where it fits)."""
+    """`plan`, or where its tile is one of `_HOPPER_SMALL_TILES` run persistent (or Stream-K: `_hopper_streamk`)
+    and TMA reads both `operands` (the note there; None: aligned), the same plan on the Hopper path (`TileConfig.tma`,
+    `tma_store`, `flatten`; `whole_store` where it fits)."""
     cfg, elem = plan.config, element_bytes(dtype)
     if cfg.tma or (cfg.block_m, cfg.block_n) not in _HOPPER_SMALL_TILES or cfg.num_warps != 4 or elem != 2 \
-            or plan.schedule != "persistent" or batch != 1 or c_matrix or m <= _STREAMING_MAX_M \
+            or (plan.schedule != "persistent" and not _hopper_streamk(plan, m, elem)) \
+            or batch != 1 or c_matrix or m <= _STREAMING_MAX_M \
             or cfg.block_k * elem < _HOPPER_SMALL_MIN_STEP_BYTES \
             or _one_wave_64(cfg, m, n, k, elem, batch, plan.sm_budget, True, c_matrix):
         return plan
