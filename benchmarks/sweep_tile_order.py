@@ -9,13 +9,15 @@ those tiles (5 stages beyond three waves, `plan._SQUARE_DEEP_MIN_FILL`; one-wave
 `plan._SKINNY_SQUARE_MIN_FILL`) and without their rate (`Rates.square_deep_factor`), the measurement behind those;
 with --rates NAME=VALUE,..., the planner with those `smgemm.Rates` fields (a refit of the model); with --hopper-small,
 the planner with its 4-warp tiles kept on the pointer path (`plan._HOPPER_SMALL_TILES` empty), the measurement behind
-`plan.hopper_path`. --list prints the
+`plan.hopper_path`; with --hopper-tiles BMxBN,..., the planner with that rule over these tiles
+(`plan._HOPPER_SMALL_TILES`), the measurement of extending it. --list prints the
 problems whose pick changes and both picks, untimed, on any machine (no GPU: the interpreter's emulated H200).
 
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --num-sms ,32,66
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --seeds 2 --square-stages 4
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --square-rules
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --seeds 16 --num-sms ,66 --hopper-small
+    PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype bf16 --seeds 18 --hopper-tiles 64x128,128x64,64x64
     PYTHONPATH=src python benchmarks/sweep_tile_order.py --dtype fp16 --seeds 12 --list \
         --rates unaligned_loads_per_iter=6100,inplace_run_speedup=1.695
 """
@@ -48,6 +50,8 @@ def main():
     p.add_argument("--rates", default="", help="the other side: the planner with these Rates fields, NAME=VALUE,...")
     p.add_argument("--hopper-small", action="store_true",
                    help="the other side: the planner with its 4-warp tiles on the pointer path (plan.hopper_path)")
+    p.add_argument("--hopper-tiles", default="",
+                   help="the other side: plan._HOPPER_SMALL_TILES set to these tiles, BMxBN,... (plan.hopper_path)")
     p.add_argument("--list", action="store_true", help="only list the changed picks (no timing, no GPU needed)")
     args = p.parse_args()
     print(environment())
@@ -64,6 +68,9 @@ def main():
         other_rates = dataclasses.replace(spec.rates, **{name: float(value) for name, value in fields})
     elif args.hopper_small:
         other, label = {**ours, "_HOPPER_SMALL_TILES": ()}, "pointer"
+    elif args.hopper_tiles:
+        tiles = tuple(tuple(int(v) for v in tile.split("x")) for tile in args.hopper_tiles.split(","))
+        other, label = {**ours, "_HOPPER_SMALL_TILES": tiles}, "tiles"
     elif args.square_rules:
         other = {**ours, "_SQUARE_DEEP_MIN_FILL": math.inf, "_SKINNY_SQUARE_MIN_FILL": math.inf}
         other_rates = dataclasses.replace(spec.rates, square_deep_factor=1.0)

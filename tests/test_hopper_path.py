@@ -161,12 +161,14 @@ def _decided(m, n, k, dtype=torch.bfloat16, rows=16, **kw):
 
 
 def test_planner_moves_persistent_four_warp_tiles_onto_the_hopper_path_where_tma_reads_them():
-    # plan.hopper_path: the model's persistent 64 x 128 / 128 x 64 tiles (4 warps, 16 bits, K steps of >= 128 bytes,
-    # M > 64, no C matrix) take TMA loads, a flattened loop and a whole TMA store, after the staging decision.
-    for m, n, k, num_sms in ((520, 1030, 128, None), (1461, 693, 480, None), (66, 4917, 152, 66)):
+    # plan.hopper_path: the model's persistent 64 x 128 / 128 x 64 / 64 x 64 tiles (4 warps, 16 bits, K steps of >= 128
+    # bytes, M > 64, no C matrix) take TMA loads, a flattened loop and a whole TMA store, after the staging decision.
+    for m, n, k, num_sms in ((520, 1030, 128, None), (1461, 693, 480, None), (66, 4917, 152, 66),
+                             (73, 142, 232, None), (801, 160, 2336, 66)):
         plan, modelled = _decided(m, n, k, num_sms=num_sms)
         cfg = plan.config
-        assert (cfg.block_m, cfg.block_n, cfg.num_warps) in ((64, 128, 4), (128, 64, 4)) and plan.sk_tiles == 0
+        assert (cfg.block_m, cfg.block_n, cfg.num_warps) in ((64, 128, 4), (128, 64, 4), (64, 64, 4)), (m, n, k)
+        assert plan.sk_tiles == 0
         assert not modelled.config.tma and modelled.config == dataclasses.replace(
             cfg, tma=False, tma_store=False, flatten=False, whole_store=False), (m, n, k)
         assert cfg.tma and cfg.tma_store and cfg.flatten and cfg.whole_store, (m, n, k)
@@ -193,8 +195,10 @@ def test_planner_moves_streamk_four_warp_tiles_whose_last_row_tile_is_partial():
         assert not _decided(m, n, k, num_sms=num_sms, c_matrix=True)[0].config.tma
         # 8-byte rows read in place stay on the pointer path
         in_place, _ = _decided(m, n, k, num_sms=num_sms, rows=4)
-        assert not in_place.config.flatten or in_place.stage_a and in_place.stage_b, (m, n, k, in_place)
-    for m, n, k, num_sms in ((128, 4096, 14336, None), (128, 4096, 8192, None), (64, 4096, 14336, 66)):
+        assert not in_place.config.flatten or (in_place.stage_a and in_place.stage_b), (m, n, k, in_place)
+    # nor 32 x 64 Stream-K tiles (measured slower on the Hopper path)
+    for m, n, k, num_sms in ((128, 4096, 14336, None), (128, 4096, 8192, None), (64, 4096, 14336, 66),
+                             (90, 228, 4455, None), (127, 98, 15782, None)):
         plan, modelled = _decided(m, n, k, num_sms=num_sms)
         assert plan.schedule == "streamk" and plan.config == modelled.config and not plan.config.tma, (m, n, k, plan)
 
@@ -241,6 +245,12 @@ def test_a_small_hopper_tile_planned_for_the_device_runs_through_descriptors(dev
     bias = randn((1024,), torch.float16, device)
     assert_gemm_close(gemm(a, b, c=bias, beta=0.5), a, b, beta=0.5, c=bias)
     assert_gemm_close(gemm(a, b, out_dtype=torch.float32), a, b)
+    # 73 x 142 x 232 plans six persistent 64 x 64 tiles on the Hopper path, every tile cut at an edge
+    a = randn((73, 232), torch.float16, device)
+    b = randn((142, 232), torch.float16, device).t()
+    plan = decide(73, 142, 232, torch.float16, device_spec(a.device), operands=operands_alignment(a, b))
+    assert (plan.config.block_m, plan.config.block_n) == (64, 64) and plan.config.tma and plan.schedule == "persistent"
+    assert_gemm_close(gemm(a, b), a, b)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])

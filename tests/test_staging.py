@@ -239,13 +239,15 @@ def test_pointer_tiles_read_eight_byte_runs_in_place(m, n, k, in_place):
 
     four = ((m * k, 4, 4), (n * k, 4, 4))
     plan = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=four)
-    assert not plan.config.tma and (plan.stage_a or plan.stage_b) != in_place
-    assert dataclasses.replace(plan, stage_a=False, stage_b=False) == make_plan(m, n, k, torch.bfloat16,
-                                                                                INTERPRETER_SPEC) or (
+    assert (plan.stage_a or plan.stage_b) != in_place
+    assert not plan.config.tma or not in_place  # staged copies may go through TMA (plan.hopper_path), 8-byte rows never
+    pointer = dataclasses.replace(plan.config, tma=False, tma_store=False, flatten=False, whole_store=False)
+    assert dataclasses.replace(plan, config=pointer, stage_a=False, stage_b=False) == make_plan(
+        m, n, k, torch.bfloat16, INTERPRETER_SPEC) or (
         plan.config == INPLACE_RUNS_SK_CONFIG and (m, n, k) == (543, 81, 15500))
     sixteen_bytes = ((m * k, 8, 8), (n * k, 8, 8))  # runs as wide as aligned rows' loads: read in place
-    assert decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=sixteen_bytes) == make_plan(
-        m, n, k, torch.bfloat16, INTERPRETER_SPEC)
+    assert decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=sixteen_bytes) == decide(
+        m, n, k, torch.bfloat16, INTERPRETER_SPEC)  # the aligned operands' plan
     # 4-byte runs, or 8-byte rows that are M-contiguous (a column-major A: no K-runs for the pointer loads), are
     # copied first or read by the 32-deep tiles made for element loads, never by the plan's tile as if aligned
     two = decide(m, n, k, torch.bfloat16, INTERPRETER_SPEC, operands=((m * k, 2, 2), (n * k, 2, 2)))

@@ -45,8 +45,8 @@ Tile and schedule selection (`choose_config`, `modelled_time`) is a small analyt
   the pointer path (measured, see _HOPPER_PATH_MIN_TILE); there a 128 x 128 tile is nearer the 128 x 256 tile's
   rate than its intensity says (`Rates.hopper_efficiency_exponent`), and so is one wave of 64 x 128 pointer tiles
   over a long K loop (`Rates.one_wave_64_factor`, `_one_wave_64`). Where TMA reads their operands, persistent
-  4-warp 64 x 128 and 128 x 64 tiles run the Hopper path too, and Stream-K ones whose last row tile M leaves partial,
-  decided after the staging (`decide`, `hopper_path`: measured, not modelled);
+  4-warp 64 x 128, 128 x 64 and 64 x 64 tiles run the Hopper path too, and Stream-K ones whose last row tile M
+  leaves partial, decided after the staging (`decide`, `hopper_path`: measured, not modelled);
 * one measured exception to the model: on the whole device, 16-bit K loops of at most 128 over one or two waves of
   128 x 128 tiles (M and N above 128) run one 4-warp pointer program per tile, two an SM (`_OVERLAP_MAX_K`): the
   model has no term for the result's store, which such short tiles are mostly made of.
@@ -134,8 +134,8 @@ _DECODE_FILL = 0.6
 _ONE_ROW_MAX_M = _STREAMING_MAX_M  # up to here one row of tiles covers M (see choose_config)
 # Tiles at least this large take the Hopper path (TMA loads and store, flattened loop): on the H200 it lifted
 # 8192^3 from 651 to 766 TFLOP/s with 128 x 256 tiles; with 16- and 64-row tiles its kernels were no faster
-# (benchmarks/sweep_hopper.py). Measured, not modelled. The model's persistent 4-warp 64 x 128 and 128 x 64 tiles
-# (and some Stream-K ones) take it after the staging where TMA reads their operands (`_HOPPER_SMALL_TILES`).
+# (benchmarks/sweep_hopper.py). Measured, not modelled. The model's persistent 4-warp 64 x 128, 128 x 64 and 64 x 64
+# tiles (and some Stream-K ones) take it after the staging where TMA reads their operands (`_HOPPER_SMALL_TILES`).
 _HOPPER_PATH_MIN_TILE = 128 * 128
 # Skinny GEMMs (64 < M <= 128, one or two rows of tiles): 64 x 128 / 128 x 64 pointer tiles with 256-byte K steps
 # and Stream-K ran 0.77-0.89x of cuBLAS where 128 x 128 tiles (TMA or not) ran 0.63-0.82x and Stream-K over
@@ -1300,23 +1300,24 @@ def _split_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: De
     return max(spec.rates.launch_floor, split) < max(spec.rates.launch_floor, tile)
 
 
-# Persistent 16-bit 4-warp tiles of 64 x 128 and 128 x 64 with K steps of at least 128 bytes, as the model picks them
-# above the streaming rows (M > _STREAMING_MAX_M) for a single product without a C matrix, run Triton's Hopper path
-# (`hopper_path`) where TMA reads both operands (rows of 16 bytes, or staged for the pointer tile as they are): TMA
-# loads, the tile loop flattened with the K loop (the next tile's first steps load during this tile's epilogue) and a
-# whole TMA store where the output allows it. On the H200 (`benchmarks/sweep_tile_order.py --hopper-small --seeds 16
-# --num-sms ,66`, and `--dtype fp16 --seeds 8`: the planner against itself with those tiles kept on the pointer path, on
-# every pick it changes in the suites and random draws, twice a side in one run; docs/performance.md, "4-warp tiles on
-# the Hopper path") the plans this rule moves ran bf16 on the whole device 0.53-1.11x the time (geometric mean 0.81, 49
-# of 50 faster: 66 x 4917 x 152 9.30 -> 4.94 us, 1712 x 377 x 482 staged 14.4 -> 9.31, 1461 x 693 x 482 staged 16.5 ->
-# 10.8, 128 x 6144 x 4096 19.9 -> 19.6), on 66 SMs 0.39-1.00x (0.79, 41 problems: 75 x 3882 x 120 9.50 -> 4.45), fp16 on
-# the whole device 0.63-0.99x (0.84, 25 problems). The one slower, 7818 x 66 x 1040 13.0 -> 14.4 us, stores its 132-byte
-# output rows through pointers. Left out, as measured in the same runs: M = 64 (64 x 28672 x 4096 1.01x the time in
-# bf16, 1.07x in fp16), and operands that TMA cannot read (8-byte rows read in place), whose loads in a flattened loop
-# ran 3-6x slower (263 x 2830 x 3004 39.9 -> 234 us). 4-warp steps of 64 bytes were measured only on operands TMA
-# cannot read (184 x 3705 x 132 4.82 -> 8.52 us; forced with `benchmarks/sweep_configs.py`, the planner's tile as
-# "BMxBNxBK wW sS" against the same with "tma whole"), so those keep the pointer path, as does one wave of 64 x 128
-# tiles over long K loops (`_one_wave_64`: TMA loads measured slower).
+# Persistent 16-bit 4-warp tiles of 64 x 128, 128 x 64 (and 64 x 64, below) with K steps of at least 128 bytes, as the
+# model picks them above the streaming rows (M > _STREAMING_MAX_M) for a single product without a C matrix, run Triton's
+# Hopper path (`hopper_path`) where TMA reads both operands (rows of 16 bytes, or staged for the pointer tile as they
+# are): TMA loads, the tile loop flattened with the K loop (the next tile's first steps load during this tile's
+# epilogue) and a whole TMA store where the output allows it. On the H200 (`benchmarks/sweep_tile_order.py
+# --hopper-small --seeds 16 --num-sms ,66`, and `--dtype fp16 --seeds 8`: the planner against itself with those tiles
+# kept on the pointer path, on every pick it changes in the suites and random draws, twice a side in one run;
+# docs/performance.md, "4-warp tiles on the Hopper path") the plans this rule moves ran bf16 on the whole device
+# 0.53-1.11x the time (geometric mean 0.81, 49 of 50 faster: 66 x 4917 x 152 9.30 -> 4.94 us, 1712 x 377 x 482 staged
+# 14.4 -> 9.31, 1461 x 693 x 482 staged 16.5 -> 10.8, 128 x 6144 x 4096 19.9 -> 19.6), on 66 SMs 0.39-1.00x (0.79, 41
+# problems: 75 x 3882 x 120 9.50 -> 4.45), fp16 on the whole device 0.63-0.99x (0.84, 25 problems). The one slower, 7818
+# x 66 x 1040 13.0 -> 14.4 us, stores its 132-byte output rows through pointers. Left out, as measured in the same runs:
+# M = 64 (64 x 28672 x 4096 1.01x the time in bf16, 1.07x in fp16), and operands that TMA cannot read (8-byte rows read
+# in place), whose loads in a flattened loop ran 3-6x slower (263 x 2830 x 3004 39.9 -> 234 us). 4-warp steps of 64
+# bytes were measured only on operands TMA cannot read (184 x 3705 x 132 4.82 -> 8.52 us; forced with
+# `benchmarks/sweep_configs.py`, the planner's tile as "BMxBNxBK wW sS" against the same with "tma whole"), so those
+# keep the pointer path, as does one wave of 64 x 128 tiles over long K loops (`_one_wave_64`: TMA loads measured
+# slower).
 #
 # Stream-K plans of such tiles with 256-byte K steps take the Hopper path too where M > 64 does not fill its last row
 # tile (`_hopper_streamk`): there the pointer path masks A's rows in every step and TMA fills them with zeros. The same
@@ -1324,7 +1325,14 @@ def _split_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: De
 # device 0.78-0.91x the time (67 x 2055 x 10441 78.0 -> 60.5 us, 120 x 2885 x 11785 104.2 -> 85.2, 105 x 4272 x 8273
 # 98.9 -> 86.5; 5 problems), 66 SMs 0.80-0.94x (13 problems: 102 x 6581 x 3789 158.2 -> 126.8). Where M fills its row
 # tiles (the Llama rows of M = 64 and 128) the same move ran 0.98-1.05x the time, so those keep the pointer path.
-_HOPPER_SMALL_TILES = ((64, 128), (128, 64))
+#
+# 64 x 64 tiles take the same rule (`benchmarks/sweep_tile_order.py --dtype bf16 --seeds 18 --num-sms ,66
+# --hopper-tiles 64x128,128x64,64x64,32x64`: the rule over those tiles against the rule as it was, one run): persistent
+# ones on the whole device 0.79-1.06x the time (geometric mean 0.94, 53 of 65 faster: 73 x 142 x 232 4.63 -> 3.80 us;
+# the slowest 801 x 160 x 2336 9.18 -> 9.71), on 66 SMs 0.68-0.99x (0.82, 65 of 65: 97 x 103 x 2183 staged 15.0 ->
+# 12.3), Stream-K ones 0.90-1.02x (0.97, 15 of 19 faster). 32 x 64 Stream-K tiles ran 0.98-1.22x (1.05, 19
+# problems), so they keep the pointer path.
+_HOPPER_SMALL_TILES = ((64, 128), (128, 64), (64, 64))
 _HOPPER_SMALL_MIN_STEP_BYTES = 128
 _HOPPER_STREAMK_MIN_STEP_BYTES = 256
 
