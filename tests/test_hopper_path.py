@@ -196,7 +196,7 @@ def test_planner_moves_streamk_four_warp_tiles_whose_last_row_tile_is_partial():
         # 8-byte rows read in place stay on the pointer path
         in_place, _ = _decided(m, n, k, num_sms=num_sms, rows=4)
         assert not in_place.config.flatten or (in_place.stage_a and in_place.stage_b), (m, n, k, in_place)
-    # nor 32 x 64 Stream-K tiles (measured slower on the Hopper path)
+    # M filling its row tiles (the Llama rows), and 32 x 64 Stream-K tiles (measured slower there), stay
     for m, n, k, num_sms in ((128, 4096, 14336, None), (128, 4096, 8192, None), (64, 4096, 14336, 66),
                              (90, 228, 4455, None), (127, 98, 15782, None)):
         plan, modelled = _decided(m, n, k, num_sms=num_sms)
@@ -292,3 +292,24 @@ def test_sm_scaling_plot(tmp_path):
         assert "matplotlib is not installed" in message and not path.exists()
     else:
         assert message == f"wrote {path}" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_hopper_path_plans_read_only_what_tma_can_read_on_random_draws():
+    # Over random draws, alignments, budgets and both 16-bit dtypes: every plan whose loop is flattened on the Hopper
+    # path reads operands that TMA can read (16-byte rows, or staged copies); the small tiles that take it do so only
+    # as `plan.hopper_path` allows (the model's own plan otherwise, on the pointer path).
+    from smgemm.plan import _HOPPER_SMALL_TILES, _STREAMING_MAX_M
+    from smgemm.tools.bench import random_shapes
+
+    for seed in (0, 7, 16, 18):
+        for m, n, k, _ in random_shapes(seed):
+            for rows, dtype, num_sms in ((16, torch.bfloat16, None), (8, torch.float16, 66), (4, torch.bfloat16, None),
+                                         (2, torch.float16, 16), (1, torch.bfloat16, 66)):
+                plan, _ = _decided(m, n, k, dtype, rows=rows, num_sms=num_sms)
+                cfg = plan.config
+                if cfg.flatten:
+                    assert all(staged or rows >= 8 for staged in (plan.stage_a, plan.stage_b)), (m, n, k, rows, plan)
+                small = (cfg.block_m, cfg.block_n) in _HOPPER_SMALL_TILES and cfg.num_warps == 4
+                if small and cfg.tma:
+                    assert m > _STREAMING_MAX_M and (plan.schedule == "persistent" or (
+                        m % cfg.block_m and cfg.block_k * 2 >= 256)), (m, n, k, rows, plan)

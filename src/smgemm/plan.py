@@ -1323,15 +1323,16 @@ def _split_pays(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: De
 # tile (`_hopper_streamk`): there the pointer path masks A's rows in every step and TMA fills them with zeros. The same
 # A/B in bf16 (`--hopper-small --seeds 17 --num-sms ,66`, one run) timed every such plan of draws 0-16 faster: whole
 # device 0.78-0.91x the time (67 x 2055 x 10441 78.0 -> 60.5 us, 120 x 2885 x 11785 104.2 -> 85.2, 105 x 4272 x 8273
-# 98.9 -> 86.5; 5 problems), 66 SMs 0.80-0.94x (13 problems: 102 x 6581 x 3789 158.2 -> 126.8). Where M fills its row
-# tiles (the Llama rows of M = 64 and 128) the same move ran 0.98-1.05x the time, so those keep the pointer path.
+# 98.9 -> 86.5; 5 problems), 66 SMs 0.80-0.94x (13 problems: 102 x 6581 x 3789 158.2 -> 126.8); fp16 on the whole
+# device (`--dtype fp16 --seeds 18 --hopper-small`) 0.77-0.95x (5 problems). Where M fills its row tiles (the Llama rows
+# of M = 64 and 128) the same move ran 0.98-1.05x the time, so those keep the pointer path.
 #
 # 64 x 64 tiles take the same rule (`benchmarks/sweep_tile_order.py --dtype bf16 --seeds 18 --num-sms ,66
 # --hopper-tiles 64x128,128x64,64x64,32x64`: the rule over those tiles against the rule as it was, one run): persistent
 # ones on the whole device 0.79-1.06x the time (geometric mean 0.94, 53 of 65 faster: 73 x 142 x 232 4.63 -> 3.80 us;
 # the slowest 801 x 160 x 2336 9.18 -> 9.71), on 66 SMs 0.68-0.99x (0.82, 65 of 65: 97 x 103 x 2183 staged 15.0 ->
-# 12.3), Stream-K ones 0.90-1.02x (0.97, 15 of 19 faster). 32 x 64 Stream-K tiles ran 0.98-1.22x (1.05, 19
-# problems), so they keep the pointer path.
+# 12.3), Stream-K ones 0.90-1.02x (0.97, 15 of 19 faster); fp16 persistent ones on the whole device 0.79-1.07x (0.95,
+# 65 problems). 32 x 64 Stream-K tiles ran 0.98-1.22x (1.05, 19 problems), so they keep the pointer path.
 _HOPPER_SMALL_TILES = ((64, 128), (128, 64), (64, 64))
 _HOPPER_SMALL_MIN_STEP_BYTES = 128
 _HOPPER_STREAMK_MIN_STEP_BYTES = 256
