@@ -54,10 +54,11 @@ def parse_variant(text: str) -> tuple[TileConfig, str]:
 @contextlib.contextmanager
 def patched(module, **attrs):
     """Experiments: set `module`'s attributes (planner constants, the kernel, ...) while the block runs, then put
-    them back. The planner's cache and smgemm's repeat-call and launcher caches are emptied on the way in and out, so
+    them back. The planner's caches and smgemm's repeat-call and launcher caches are emptied on the way in and out, so
     that plans and launches made inside reflect the change and none outlive it."""
     def forget():
         smgemm.plan.make_plan.cache_clear()
+        smgemm.plan.hopper_path.cache_clear()
         smgemm._gemm._SEEN_CALLS.clear()
         smgemm._launch.LAUNCHERS.clear()
 

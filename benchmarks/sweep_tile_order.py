@@ -91,6 +91,7 @@ def main():
         if name == "other" and other_rates is not None:
             rates.enter_context(P.overrides(rates=other_rates))
         P.make_plan.cache_clear()
+        P.hopper_path.cache_clear()  # reads _HOPPER_SMALL_TILES
         smgemm._gemm._SEEN_CALLS.clear()
 
     shapes = [(m, n, k, False) for name in ("llm", "square", "mid", "streamk") for m, n, k in SUITES[name]]

@@ -1344,11 +1344,13 @@ def _hopper_streamk(plan: Plan, m: int, elem: int) -> bool:
     return plan.schedule == "streamk" and cfg.block_k * elem >= _HOPPER_STREAMK_MIN_STEP_BYTES and m % cfg.block_m != 0
 
 
+@functools.lru_cache(maxsize=4096)
 def hopper_path(plan: Plan, m: int, n: int, k: int, dtype: torch.dtype, spec: DeviceSpec, batch: int,
                 c_matrix: bool, operands: tuple | None) -> Plan:
     """`plan`, or where its tile is one of `_HOPPER_SMALL_TILES` run persistent (or Stream-K: `_hopper_streamk`)
     and TMA reads both `operands` (the note there; None: aligned), the same plan on the Hopper path (`TileConfig.tma`,
-    `tma_store`, `flatten`; `whole_store` where it fits)."""
+    `tma_store`, `flatten`; `whole_store` where it fits). Cached: a call given its `out` plans again every time, and
+    the two `dataclasses.replace` of a moved plan cost ~12 us."""
     cfg, elem = plan.config, element_bytes(dtype)
     if cfg.tma or (cfg.block_m, cfg.block_n) not in _HOPPER_SMALL_TILES or cfg.num_warps != 4 or elem != 2 \
             or (plan.schedule != "persistent" and not _hopper_streamk(plan, m, elem)) \
