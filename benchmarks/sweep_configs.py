@@ -13,7 +13,8 @@ against torch.bmm on [B, M, K] @ [B, K, N]); a trailing "u" (MxNxKu) reads the o
 as the random suite's odd problems do; a trailing "c" (after any "u") adds a C matrix of the output's shape, against
 torch.addmm / torch.baddbmm. "stage" / "nostage" copy operands whose rows the tile cannot read at full speed into
 aligned buffers first, or read them in place (`smgemm.plan.overrides(stage=...)`; without either the planner weighs the
-copy). A variant "auto ..." is the planner's own plan with the words that follow (e.g. "auto nostage").
+copy). "noring": an MXFP4 product planned without `kernels.mx_ring` (`smgemm.plan.overrides(ring=False)`). A variant
+"auto ..." is the planner's own plan with the words that follow (e.g. "auto nostage").
 
     PYTHONPATH=src python benchmarks/sweep_configs.py --shapes 128x8192x8192 \\
         --variants "128x128x64 w8 s4 sk;128x128x64 w8 s4 tma sk"
@@ -134,7 +135,8 @@ def sweep_shape(shape: str, flop: int, planned: str, variants: str, run, peer_ms
             words = name.split()
             staging = True if "stage" in words else False if "nostage" in words else None
             with with_rates(words), unclamped() if "noclamp" in words else contextlib.nullcontext(), \
-                    smgemm.plan.overrides(stage=staging, host_descriptors=_descriptors(words)):
+                    smgemm.plan.overrides(stage=staging, host_descriptors=_descriptors(words),
+                                          ring=False if "noring" in words else None):
                 err, t = run(kw)
             row.update({"us": t * 1e3, "TFLOP/s": flop / t / 1e9, "vs torch": peer_ms / t if peer_ms else 0.0,
                         "err": f"{err:.1e}"})

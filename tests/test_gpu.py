@@ -118,20 +118,21 @@ def test_two_streams_at_once():
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
-@pytest.mark.parametrize("path", ["pointer", "hopper", "streamk", "mx_fused", "mx_two_pass", "fp8"])
+@pytest.mark.parametrize("path", ["pointer", "hopper", "streamk", "mx_fused", "mx_two_pass", "mx_ring", "fp8"])
 def test_every_launch_path_on_the_second_gpu_while_cuda0_is_current(path):
     """Each kind of launch (pointer tiles, the Hopper path's device-built descriptors in Triton's scratch, a Stream-K
-    workspace, the fused and two-pass MXFP4 kernels, fp8 with scales) on cuda:1 while cuda:0 is current: first
-    call, repeat calls (the cached direct launch) and a CUDA graph captured on cuda:1; the same call on cuda:0 in
-    between must not share a cached launch with it."""
+    workspace, the fused and two-pass MXFP4 kernels, the ring kernel where it runs, fp8 with scales) on cuda:1 while
+    cuda:0 is current: first call, repeat calls (the cached direct launch) and a CUDA graph captured on cuda:1; the
+    same call on cuda:0 in between must not share a cached launch with it."""
     shapes = {"pointer": (100, 200, 300), "hopper": (1024, 2048, 512), "streamk": (256, 384, 8192),
-              "mx_fused": (16, 4096, 512), "mx_two_pass": (1024, 512, 512), "fp8": (512, 1024, 1024)}
+              "mx_fused": (16, 4096, 512), "mx_two_pass": (1024, 512, 512), "mx_ring": (1, 4096, 4096),
+              "fp8": (512, 1024, 1024)}
     m, n, k = shapes[path]
 
     def operands(device):
         if path.startswith("mx"):
             x = randn((m, k), torch.bfloat16, device)
-            w = smgemm.quantize_mxfp4(torch.randn(n, k, device=device))
+            w = smgemm.quantize_mxfp4(torch.randn(n, k, device=device), layout="hopper" if path == "mx_ring" else "ocp")
             return (x, w), lambda: smgemm.linear(x, w), (x, w.dequantize(torch.float32).t())
         dtype = torch.float8_e4m3fn if path == "fp8" else torch.bfloat16
         a = randn((m, k), torch.float32, device).to(dtype)

@@ -16,11 +16,12 @@ SRC = pathlib.Path(smgemm.__file__).parent
 # Each module's layer: a module may import only from lower layers (kernels at the bottom, the tools on top).
 LAYERS = [
     ["kernels", "kernels.common"],
-    ["kernels.gemm", "kernels.mx_expand", "kernels.stage"],
+    ["kernels.gemm", "kernels.mx_expand", "kernels.mx_ring", "kernels.stage"],
     ["_device", "mxfp4"],
     ["plan"],
     ["tuning", "_checks"],
     ["_launch"],
+    ["_ring"],
     ["_gemm"],
     ["_library"],
     ["ops"],

@@ -23,6 +23,7 @@ from smgemm.plan import (
     make_plan,
     mx_config,
     mx_expands,
+    mx_ring_split,
     streamk_split,
 )
 
@@ -863,3 +864,40 @@ def test_edge_tiles_end_at_the_edge_over_long_k_loops_of_tiles_up_to_128_x_128()
     assert clamps_edge_tiles(square, 256, 100, 4096, 2) == (False, False)  # whole rows; N within one tile
     assert clamps_edge_tiles(TileConfig(64, 64, 64), 90, 100, 512, 2) == (True, True)
     assert clamps_edge_tiles(TileConfig(128, 256, 64), 300, 14300, 4096, 2) == (False, False)
+
+
+@pytest.mark.parametrize("n,k,split", [(14336, 4096, 1), (28672, 8192, 1), (128256, 4096, 1), (4096, 4096, 2),
+                                       (6144, 4096, 2), (4096, 14336, 4), (8192, 28672, 4), (8192, 8192, 4),
+                                       (6144, 1024, 1)], ids=str)
+def test_mx_ring_splits_tiles_only_below_a_wave_and_keeps_four_steps_a_part(n, k, split):
+    assert mx_ring_split(1, n, k, H200, None, "hopper", torch.bfloat16, False) == split
+    assert mx_ring_split(1, n, k, H200, 132, "hopper", torch.bfloat16, False) == split  # the whole device by number
+
+
+@pytest.mark.parametrize("change", ["m", "n", "small_n", "k", "layout", "dtype", "bias", "budget", "ampere",
+                                    "interpreter"])
+def test_mx_ring_only_for_one_bf16_row_on_a_hopper_weight_on_the_whole_hopper_device(change):
+    args = {"m": 1, "n": 4096, "k": 4096, "spec": H200, "num_sms": None, "layout": "hopper",
+            "a_dtype": torch.bfloat16, "c_matrix": False}
+    args.update({"m": {"m": 2}, "n": {"n": 4160 + 32}, "small_n": {"n": 1024}, "k": {"k": 4096 + 128},
+                 "layout": {"layout": "kwords"}, "dtype": {"a_dtype": torch.float16}, "bias": {"c_matrix": True},
+                 "budget": {"num_sms": 131}, "ampere": {"spec": SMALL_GPU},
+                 "interpreter": {"spec": INTERPRETER_SPEC}}[change])
+    assert mx_ring_split(**args) == 0
+
+
+def test_mx_ring_left_out_under_overrides():
+    args = (1, 4096, 4096, H200, None, "hopper", torch.bfloat16, False)
+    assert mx_ring_split(*args) == 2
+    with smgemm.plan.overrides(ring=False):
+        assert mx_ring_split(*args) == 0
+        with smgemm.plan.overrides(ring=True):
+            assert mx_ring_split(*args) == 2
+    with smgemm.plan.overrides(config=TileConfig(16, 64, 256, num_warps=4, num_stages=3)):
+        assert mx_ring_split(*args) == 0
+    with smgemm.plan.overrides(schedule="streamk"):
+        assert mx_ring_split(*args) == 0
+    with pytest.raises(TypeError, match="ring must be a bool"):
+        with smgemm.plan.overrides(ring=1):
+            pass
+    assert mx_ring_split(*args) == 2

@@ -27,9 +27,11 @@ from ._checks import (
 )
 from ._device import device_spec, tf32_enabled
 from ._launch import Operands, Repeat, launch, operands_alignment, run_cached, staged, static_args, tensor_args
+from ._ring import RingLaunch
+from ._ring import available as ring_available
 from .kernels.mx_expand import mx_expand_kernel
 from .mxfp4 import MXFP4Tensor
-from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, resolve_budget, whole_device
+from .plan import _OVERRIDES, Plan, TileConfig, decide, mx_expands, mx_ring_split, resolve_budget, whole_device
 from .tuning import lookup, tuning_version
 
 
@@ -298,6 +300,12 @@ def gemm_mxfp4(
         return out
     if k == 0 or alpha == 0:
         return _empty_product(out, c, beta)
+    split = _ring_split(a, w, c, out, alpha, schedule, num_sms, config, smid_out)
+    if split:  # `kernels.mx_ring`
+        ring = RingLaunch(n, k, split)
+        ring(a, w, out, None, None, None, (float(alpha), float(beta)))
+        _remember(key, (None, tuple(out.shape), out.dtype, False, None, None, None, ring))
+        return out
     # a word layout ("hopper", "kwords": K steps >= 128) on either operand plans as the weight's
     layout = w.layout if w.layout != "ocp" or not isinstance(a, MXFP4Tensor) else a.layout
     plan = decide(m, n, k, dot_dtype, device_spec(a.device), schedule=schedule, num_sms=num_sms, config=config,
@@ -307,6 +315,23 @@ def gemm_mxfp4(
     ops = Operands(a, w, out, c, smid_out=smid_out)
     ints, meta = static_args(plan, ops, 0, 0, needs_int64(*(t for _, t in operands), out, c))
     return _finish(key, plan, ops, ints, meta, alpha, beta)
+
+
+def _ring_split(a, w: MXFP4Tensor, c, out: torch.Tensor, alpha, schedule: str, num_sms: int | None, config,
+                smid_out) -> int:
+    """`plan.mx_ring_split` for a checked call whose output it allocated, 0 unless the ring kernel can read and write
+    its operands as they are: TMA reads x's row, the weight's words and its scales (16-byte aligned bases and row
+    strides, unit last strides), and the kernel stores the row of out contiguously."""
+    if (config is not None or schedule != "auto" or smid_out is not None or c is not None or alpha == 0
+            or isinstance(a, MXFP4Tensor) or not ring_available(a.device)):
+        return 0
+    data, scales = w.data, w.scales
+    if not (a.stride(1) == 1 and a.data_ptr() % 16 == 0 and out.stride(1) == 1 and data.stride(1) == 1
+            and scales.stride(1) == 1 and data.stride(0) % 16 == 0 and scales.stride(0) % 16 == 0
+            and data.data_ptr() % 16 == 0 and scales.data_ptr() % 16 == 0):
+        return 0
+    m, k = a.shape
+    return mx_ring_split(m, data.shape[0], k, device_spec(a.device), num_sms, w.layout, a.dtype, False)
 
 
 # The expansion kernel's blocks and warps. Under an SM budget: a persistent grid of at most `num_sms` programs

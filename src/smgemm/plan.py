@@ -859,6 +859,38 @@ _MX_WORDS_LONG_K_STEPS = 64
 # against 28.7 us at 32 x 14336 x 4096, 95.6 against 89.0 at 32 x 28672 x 8192).
 _MX_KWORDS_ROWS_FILL = 0.7
 
+# M = 1 with bf16 activations, a "hopper" weight of at least this many rows (a multiple of 64) and K a multiple of
+# 512, on the whole of a Hopper device where Triton 3.6's Gluon runs: `kernels.mx_ring`, the weight's bytes through a
+# ring of TMA copies (a step's copies issued two steps ahead, no barrier between them and their use). On the H200,
+# CUDA-graph replays against the 8-row plans in one call (benchmarks/sweep_mx_ring.py; docs/performance.md, "The ring
+# kernel"): 1 x 4096 x 4096 8.64 -> 8.46 us, 1 x 14336 x 4096 17.40 -> 16.28, 1 x 4096 x 14336 17.71 -> 16.70,
+# 1 x 6144 x 4096 11.90 -> 10.59, 1 x 8192 x 8192 20.98 -> 19.50, 1 x 28672 x 8192 51.14 -> 47.97, 1 x 8192 x 28672
+# 50.66 -> 46.85, 1 x 128256 x 4096 91.81 -> 91.14, 1 x 128256 x 8192 173.8 -> 163.7; the 8B-shaped model's batch-1
+# decode 0.734-0.737 -> 0.713-0.714 ms. 1 x 1024 x 4096 ran 5.4 -> 5.8 us as a probe (left out), M = 4 and 8 3-5%
+# slower.
+_MX_RING_MIN_N = 4096
+# A tile's K split: none where the tiles alone cover the SMs, else the most of four and two parts that leaves each
+# at least this many 512-element steps (the best of the probe's splits, benchmarks/probes/mx_decode_tma.py on branch
+# mx-tma: 4096 x 4096 two parts of 4 steps, 7.9 us against 8.4 in four; 4096 x 14336 four of 7, 16.3 against 17.2 in two; 8192 x 28672 four of 14; 14336 x 4096 none, 15.1 against
+# 16.5 in two).
+_MX_RING_MIN_STEPS = 4
+
+
+def mx_ring_split(m: int, n: int, k: int, spec: DeviceSpec, num_sms: int | None, layout: str,
+                  a_dtype: torch.dtype, c_matrix: bool) -> int:
+    """The K parts of each 64-row tile where `kernels.mx_ring` runs this MXFP4 product (x [m, k] @ w.T, w [n, k] in
+    `layout`), 0 where it does not (`_MX_RING_MIN_N`; an `overrides` block with ring=False, a config or a schedule):
+    the caller adds that Triton runs its Gluon."""
+    if _OVERRIDES.ring is False or _OVERRIDES.config is not None or _OVERRIDES.schedule is not None:
+        return 0
+    if not (m == 1 and a_dtype == torch.bfloat16 and layout == "hopper" and not c_matrix and n % 64 == 0
+            and n >= _MX_RING_MIN_N and k % 512 == 0 and k > 0 and spec.capability == (9, 0)
+            and not spec.interpreted and (num_sms is None or num_sms >= spec.num_sms)):
+        return 0
+    if n // 64 >= spec.num_sms:
+        return 1
+    return next((parts for parts in (4, 2) if k // 512 // parts >= _MX_RING_MIN_STEPS), 1)
+
 # 64 < M <= 128 with a "hopper" weight on the whole device (make_mx_plan): mx_config's 128 x 64 x 256 tiles (one
 # program per SM) against 64 x 64 x 256 ones two programs per SM, which expand each weight tile twice but hide the
 # expansion behind the other program's, split by Stream-K in the same run (benchmarks/sweep_mxfp4.py --layout hopper
@@ -1212,6 +1244,7 @@ class _Overrides:
     rates: Rates | None = None
     stage: bool | None = None
     host_descriptors: bool | None = None
+    ring: bool | None = None
     version: int = 0
 
 
@@ -1221,13 +1254,14 @@ _OVERRIDES = _Overrides()
 @contextlib.contextmanager
 def overrides(*, config: TileConfig | None = None, schedule: str | None = None,
               rates: Rates | None = None, stage: bool | None = None,
-              host_descriptors: bool | None = None) -> Iterator[None]:
+              host_descriptors: bool | None = None, ring: bool | None = None) -> Iterator[None]:
     """Force the plans of the smgemm GEMMs called inside the block: a tile `config`, a `schedule`, the model's
     `rates` (the planner's measured constants, `smgemm.Rates`), or whether operands whose rows are not aligned as the
     tile reads them fastest are copied into aligned buffers first (`stage`; `plan.stage_pays` decides otherwise).
     `host_descriptors=False` has the kernel build the tensor descriptors through which it reads A and B on the
     device, as each program starts; True has it take them built on the host wherever it reads through TMA (where
-    neither is given, `host_descriptors_pay` decides; `_launch.reads_host_descriptors`).
+    neither is given, `host_descriptors_pay` decides; `_launch.reads_host_descriptors`). `ring=False` keeps the `tl`
+    kernels where `kernels.mx_ring` would run (`mx_ring_split`); a forced config or schedule does too.
     What is not given is planned as usual; tuning files are not consulted for a forced config or schedule. For
     tests, sweeps and users who measured better.
 
@@ -1247,19 +1281,22 @@ def overrides(*, config: TileConfig | None = None, schedule: str | None = None,
         raise TypeError(f"stage must be a bool, got {type(stage).__name__}")
     if host_descriptors is not None and not isinstance(host_descriptors, bool):
         raise TypeError(f"host_descriptors must be a bool, got {type(host_descriptors).__name__}")
+    if ring is not None and not isinstance(ring, bool):
+        raise TypeError(f"ring must be a bool, got {type(ring).__name__}")
     saved = (_OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates, _OVERRIDES.stage,
-             _OVERRIDES.host_descriptors)
+             _OVERRIDES.host_descriptors, _OVERRIDES.ring)
     _OVERRIDES.config = config if config is not None else saved[0]
     _OVERRIDES.schedule = schedule if schedule is not None else saved[1]
     _OVERRIDES.rates = rates if rates is not None else saved[2]
     _OVERRIDES.stage = stage if stage is not None else saved[3]
     _OVERRIDES.host_descriptors = host_descriptors if host_descriptors is not None else saved[4]
+    _OVERRIDES.ring = ring if ring is not None else saved[5]
     _OVERRIDES.version += 1
     try:
         yield
     finally:
         (_OVERRIDES.config, _OVERRIDES.schedule, _OVERRIDES.rates, _OVERRIDES.stage,
-         _OVERRIDES.host_descriptors) = saved
+         _OVERRIDES.host_descriptors, _OVERRIDES.ring) = saved
         _OVERRIDES.version += 1
 
 

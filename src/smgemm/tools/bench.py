@@ -20,8 +20,9 @@ import smgemm
 
 from .._device import INTERPRETER_SPEC, device_spec, tf32_enabled
 from .._launch import operands_alignment
+from .._ring import available as ring_available
 from ..mxfp4 import LAYOUTS
-from ..plan import DTYPES, decide, make_mx_plan, make_plan, mx_expands
+from ..plan import DTYPES, decide, make_mx_plan, make_plan, mx_expands, mx_ring_split
 from .model import model_rows
 from .timing import (
     PLOT_SKIPPED,
@@ -111,9 +112,13 @@ def describe(plan) -> str:
 
 def describe_mx(m: int, n: int, k: int, spec, expand: bool, num_sms: int | None = None, layout: str = "ocp",
                 a_mx: bool = False) -> str:
-    """An MXFP4 GEMM's plan in a table cell: the fused kernel's, or "expand + " the dense GEMM's (two passes)."""
+    """An MXFP4 GEMM's plan in a table cell (bf16 activations unless `a_mx`): the fused kernel's, the ring kernel's
+    (`kernels.mx_ring`), or "expand + " the dense GEMM's (two passes)."""
     if expand:
         return "expand + " + describe(make_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms))
+    split = 0 if a_mx else mx_ring_split(m, n, k, spec, num_sms, layout, torch.bfloat16, False)
+    if split and ring_available(torch.device("cuda")):
+        return f"mx_ring 64x512 split {split} grid {n // 64 * split}"
     return describe(make_mx_plan(m, n, k, torch.bfloat16, spec, num_sms=num_sms, layout=layout, a_mx=a_mx))
 
 
