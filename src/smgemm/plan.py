@@ -871,8 +871,8 @@ _MX_KWORDS_ROWS_FILL = 0.7
 _MX_RING_MIN_N = 4096
 # A tile's K split: none where the tiles alone cover the SMs, else the most of four and two parts that leaves each
 # at least this many 512-element steps (the best of the probe's splits, benchmarks/probes/mx_decode_tma.py on branch
-# mx-tma: 4096 x 4096 two parts of 4 steps, 7.9 us against 8.4 in four; 4096 x 14336 four of 7, 16.3 against 17.2 in two; 8192 x 28672 four of 14; 14336 x 4096 none, 15.1 against
-# 16.5 in two).
+# mx-tma: 4096 x 4096 two parts of 4 steps, 7.9 us against 8.4 in four; 4096 x 14336 four of 7, 16.3 against 17.2
+# in two; 8192 x 28672 four of 14; 14336 x 4096 none, 15.1 against 16.5 in two).
 _MX_RING_MIN_STEPS = 4
 
 
