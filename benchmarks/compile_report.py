@@ -164,6 +164,25 @@ def k_loop_mix(sass: str) -> tuple[int, collections.Counter]:
     return len(best), collections.Counter(o.split(".")[0] for o in best)
 
 
+def compile_ring(split: int = 1):
+    """`kernels.mx_ring.mx_ring_kernel` (Gluon; Triton 3.6) compiled for sm_90 with each tile's K split `split`
+    ways, its arguments as `_ring.RingLaunch` passes them."""
+    from triton.experimental import gluon
+
+    from smgemm.kernels import mx_ring
+
+    sig = {"x_desc": f"tensordesc<bf16[1, 256],{mx_ring.X_LAYOUT}>",
+           "w_desc": f"tensordesc<i32[{mx_ring.ROWS}, 32],{mx_ring.WORDS_LAYOUT}>",
+           "s_desc": f"tensordesc<u8[{mx_ring.ROWS}, 16],{mx_ring.SCALES_LAYOUT}>", "y_ptr": "*bf16",
+           "ws_ptr": "*fp32", "flags_ptr": "*i64", "epoch": "i64", "K": "i32", "alpha": "fp32",
+           "SPLIT": "constexpr", "STAGES": "constexpr", "num_warps": "constexpr"}
+    src = gluon._runtime.GluonASTSource(
+        fn=mx_ring.mx_ring_kernel, signature=sig,
+        constexprs={"SPLIT": split, "STAGES": mx_ring.STAGES, "num_warps": mx_ring.WARPS},
+        attrs={(i,): [["tt.divisibility", 16]] for i in (3, 4, 5, 7)})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": mx_ring.WARPS})
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32 or fp8e4nv")
@@ -201,7 +220,17 @@ def main():
     p.add_argument("--mask-m", action="store_true",
                    help="A has at most a quarter of the tile's rows: its pointer loads masked past M (MASK_M)")
     p.add_argument("--one-row", action="store_true", help="with --b-mx: the activations are one row (ONE_ROW)")
+    p.add_argument("--ring", type=int, default=0, help="instead: kernels.mx_ring (Gluon, Triton 3.6) with each tile's "
+                   "K split this many ways")
     args = p.parse_args()
+    if args.ring:
+        kernel = compile_ring(args.ring)
+        print(f"mx_ring split {args.ring}: shared {kernel.metadata.shared} B; {ptxas_report(kernel)}")
+        if args.sass:
+            count, ops = k_loop_mix(_ptxas(kernel)[1])
+            print(f"K loop: {count} instructions per thread per 512-element step: "
+                  + ", ".join(f"{op} {n}" for op, n in ops.most_common(12)))
+        return
     tile = tuple(int(x) for x in args.tile.split(","))
     out = args.out or {"fp32": "fp32", "fp16": "fp16"}.get(args.dtype, "bf16")
     kernel = compile_variant(args.dtype, tile, args.warps, args.stages, streamk=args.streamk, has_c=args.has_c,

@@ -98,5 +98,24 @@ def test_a_sample_of_the_planners_variants_compiles_for_sm90():
     assert child.returncode == 0 and "20 of 20 compiled" in child.stdout, child.stdout + child.stderr
 
 
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_ring_kernel_compiles_for_sm90(split):
+    """`kernels.mx_ring` (Gluon) at each K split the planner picks, where Triton is the 3.6 it is written for (the only
+    one `_ring.available` routes to it): within a Hopper program's shared memory, without spills."""
+    import triton
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU tests/test_mx_ring.py runs it")
+    if tuple(triton.__version__.split(".")[:2]) != ("3", "6"):
+        pytest.skip("written against Triton 3.6's Gluon")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(_ROOT, "src"), env.get("PYTHONPATH", "")])
+    child = subprocess.run([sys.executable, os.path.join(_ROOT, "benchmarks", "compile_report.py"), "--ring",
+                            str(split)], env=env, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stdout + child.stderr
+    shared = int(child.stdout.split("shared ")[1].split(" B")[0])
+    assert shared <= 232448 and "0 bytes spill stores" in child.stdout, child.stdout
+
+
 if __name__ == "__main__":
     _compile_all()
