@@ -15,9 +15,12 @@ except (ImportError, AttributeError, TypeError, ValueError):
     mx_ring = None
 
 
+_GLUON_API = mx_ring is not None and tuple(triton.__version__.split(".")[:2]) == ("3", "6")
+
+
 def available(device: torch.device) -> bool:
     """Whether the ring kernel can run on `device`: a CUDA device under Triton 3.6 (the planner asks for Hopper)."""
-    return mx_ring is not None and device.type == "cuda" and tuple(triton.__version__.split(".")[:2]) == ("3", "6")
+    return _GLUON_API and device.type == "cuda"
 
 
 _DESCRIPTORS_PER_OPERAND = 8
@@ -30,26 +33,34 @@ class RingLaunch:
     compiles through Triton with its own descriptors; later ones go through the cached launcher with host-built
     descriptors, made once per address."""
 
-    __slots__ = ("descriptors", "grid", "k", "key", "launcher", "n", "split", "workspace_numel")
+    __slots__ = ("boxes", "descriptors", "grid", "k", "key", "launcher", "n", "split", "tail", "workspace_numel")
 
     def __init__(self, n: int, k: int, split: int):
         self.n, self.k, self.split = n, k, split
         self.grid = n // mx_ring.ROWS * split
         # the splits' partials (512 fp32 a program) and their flags (one int64, two fp32 slots, a program)
         self.workspace_numel = self.grid * 514 if split > 1 else 2
-        self.key = None
-        self.launcher = None
+        self.key = self.launcher = self.boxes = None
+        self.tail = (split, mx_ring.STAGES, mx_ring.WARPS)  # the meta-parameters, in the kernel's order
         self.descriptors = ({}, {}, {})
 
-    def _descriptor(self, which: int, t: torch.Tensor, shape: list, strides: list, box: list) -> HostDescriptor:
+    def _descriptor(self, which: int, address: int, box: tuple) -> HostDescriptor:
         seen = self.descriptors[which]
-        address = t.data_ptr()
         descriptor = seen.get(address)
         if descriptor is None:
             if len(seen) >= _DESCRIPTORS_PER_OPERAND:
                 seen.clear()
-            descriptor = seen[address] = HostDescriptor(address, shape, strides, box)
+            descriptor = seen[address] = HostDescriptor(address, *box)
         return descriptor
+
+    def repeat_args(self, x: torch.Tensor, w: MXFP4Tensor, out: torch.Tensor, ws_address: int, flags_address: int,
+                    alpha: float) -> tuple:
+        """The cached launcher's arguments: host-built descriptors (x's, the words' and the scales', by address,
+        their boxes those of the first launch: the signature fixes shapes and strides), then addresses and ints."""
+        box_x, box_w, box_s = self.boxes
+        return (self._descriptor(0, x.data_ptr(), box_x), self._descriptor(1, w.data.data_ptr(), box_w),
+                self._descriptor(2, w.scales.data_ptr(), box_s), out.data_ptr(), ws_address, flags_address,
+                epoch() if self.split > 1 else 1 << 62, self.k, alpha, *self.tail)
 
     def __call__(self, x: torch.Tensor, w: MXFP4Tensor, out: torch.Tensor, c=None, scale_a=None, scale_b=None,
                  floats: tuple = (1.0, 1.0)) -> bool:
@@ -57,20 +68,22 @@ class RingLaunch:
         if device.index != torch._C._cuda_getDevice():
             with torch.cuda.device(device):
                 return self(x, w, out, c, scale_a, scale_b, floats)
-        ws = torch.empty(self.workspace_numel, dtype=torch.float32, device=device)  # alive until queued
-        flags = ws[self.grid * 512:].view(torch.int64) if self.split > 1 else ws.view(torch.int64)
-        n, k = self.n, self.k
-        words = w.data.view(torch.int32)
-        meta = {"SPLIT": self.split, "STAGES": mx_ring.STAGES, "num_warps": mx_ring.WARPS}
-        stream = torch._C._cuda_getCurrentRawStream(device.index)
         if self.launcher is None:  # compile (and launch) through Triton, its launcher cached under the key
-            self.key = ("mx_ring", device.index, n, k, self.split, x.data_ptr() % 16 == 0)
-            args = (*mx_ring.descriptors(x, words, w.scales), out, ws, flags, epoch(), k, floats[0])
+            ws = torch.empty(self.workspace_numel, dtype=torch.float32, device=device)
+            flags = ws[self.grid * 512:].view(torch.int64) if self.split > 1 else ws.view(torch.int64)
+            words = w.data.view(torch.int32)
+            self.boxes = mx_ring.boxes(self.k, words, w.scales)
+            self.key = ("mx_ring", device.index, self.n, self.k, self.split, x.data_ptr() % 16 == 0)
+            args = (*mx_ring.descriptors(x, words, w.scales), out, ws, flags, epoch(), self.k, floats[0])
+            meta = dict(zip(("SPLIT", "STAGES", "num_warps"), self.tail))
             self.launcher = run_cached(mx_ring.mx_ring_kernel, self.grid, args, meta, device.index, self.key)
             return True
-        box_x, box_w, box_s = mx_ring.boxes(k, words, w.scales)
-        args = (self._descriptor(0, x, *box_x), self._descriptor(1, words, *box_w),
-                self._descriptor(2, w.scales, *box_s), out.data_ptr(), ws.data_ptr(), flags.data_ptr(), epoch(), k,
-                floats[0], *meta.values())
-        self.launcher(args, stream)
+        if self.split > 1:  # the partials, then the flags; alive until the launch is queued
+            ws = torch.empty(self.workspace_numel, dtype=torch.float32, device=device)
+            ws_address = ws.data_ptr()
+            flags_address = ws_address + self.grid * 512 * 4
+        else:  # the split-free kernel reads neither
+            ws_address = flags_address = out.data_ptr()
+        self.launcher(self.repeat_args(x, w, out, ws_address, flags_address, floats[0]),
+                      torch._C._cuda_getCurrentRawStream(device.index))
         return True
