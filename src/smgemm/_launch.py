@@ -618,13 +618,7 @@ class Repeat:
         box = self.boxes[which]
         if box is None:
             return address if which < 2 else None
-        seen = self.descriptors[which]
-        descriptor = seen.get(address)
-        if descriptor is None:
-            if len(seen) >= _DESCRIPTORS_PER_OPERAND:
-                seen.clear()
-            descriptor = seen[address] = HostDescriptor(address, *box)
-        return descriptor
+        return host_descriptor_at(self.descriptors[which], address, box)
 
     def __call__(self, a, b, out: torch.Tensor, c, scale_a, scale_b, floats: tuple) -> bool:
         index = self.index
@@ -653,6 +647,18 @@ class Repeat:
 
 
 _DESCRIPTORS_PER_OPERAND = 8
+
+
+def host_descriptor_at(seen: dict, address: int, box: tuple) -> HostDescriptor:
+    """The `HostDescriptor` of an operand at `address` with `box` (shape, strides, block), from `seen` (the ones made
+    so far for that operand, by address: a few, as the caching allocator hands a call's operands the same few
+    addresses again and again) or made and kept there."""
+    descriptor = seen.get(address)
+    if descriptor is None:
+        if len(seen) >= _DESCRIPTORS_PER_OPERAND:
+            seen.clear()
+        descriptor = seen[address] = HostDescriptor(address, *box)
+    return descriptor
 
 
 def launch(plan: Plan, tensors: tuple, ints: tuple, floats: tuple, meta: dict, launcher=None):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._launch import HostDescriptor, epoch, run_cached
+from ._launch import epoch, host_descriptor_at, run_cached
 from .mxfp4 import MXFP4Tensor
 
 try:  # Gluon as Triton 3.6 ships it; other versions' API differs
@@ -22,8 +22,6 @@ def available(device: torch.device) -> bool:
     """Whether the ring kernel can run on `device`: a CUDA device under Triton 3.6 (the planner asks for Hopper)."""
     return _GLUON_API and device.type == "cuda"
 
-
-_DESCRIPTORS_PER_OPERAND = 8
 
 
 class RingLaunch:
@@ -44,22 +42,13 @@ class RingLaunch:
         self.tail = (split, mx_ring.STAGES, mx_ring.WARPS)  # the meta-parameters, in the kernel's order
         self.descriptors = ({}, {}, {})
 
-    def _descriptor(self, which: int, address: int, box: tuple) -> HostDescriptor:
-        seen = self.descriptors[which]
-        descriptor = seen.get(address)
-        if descriptor is None:
-            if len(seen) >= _DESCRIPTORS_PER_OPERAND:
-                seen.clear()
-            descriptor = seen[address] = HostDescriptor(address, *box)
-        return descriptor
-
     def repeat_args(self, x: torch.Tensor, w: MXFP4Tensor, out: torch.Tensor, ws_address: int, flags_address: int,
                     alpha: float) -> tuple:
         """The cached launcher's arguments: host-built descriptors (x's, the words' and the scales', by address,
         their boxes those of the first launch: the signature fixes shapes and strides), then addresses and ints."""
-        box_x, box_w, box_s = self.boxes
-        return (self._descriptor(0, x.data_ptr(), box_x), self._descriptor(1, w.data.data_ptr(), box_w),
-                self._descriptor(2, w.scales.data_ptr(), box_s), out.data_ptr(), ws_address, flags_address,
+        (box_x, box_w, box_s), (seen_x, seen_w, seen_s) = self.boxes, self.descriptors
+        return (host_descriptor_at(seen_x, x.data_ptr(), box_x), host_descriptor_at(seen_w, w.data.data_ptr(), box_w),
+                host_descriptor_at(seen_s, w.scales.data_ptr(), box_s), out.data_ptr(), ws_address, flags_address,
                 epoch() if self.split > 1 else 1 << 62, self.k, alpha, *self.tail)
 
     def __call__(self, x: torch.Tensor, w: MXFP4Tensor, out: torch.Tensor, c=None, scale_a=None, scale_b=None,
