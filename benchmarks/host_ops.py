@@ -3,7 +3,9 @@ alone: smgemm's `gemm` is replaced by a stub that returns a preallocated output,
 interpreter) as on a GPU, and the peer is the same call of torch's (`aten.mm`, which computes its 16 x 64 x 64 product
 on the CPU: ~0.5 us of its time). Rows: the differentiable op `torch.ops.smgemm.gemm` and its twin without autograd,
 `gemm_nograd`, called directly, then torch.compile'd functions of one product (what a compiled graph's call costs, with
-Dynamo's guards) without and with an input that requires grad (forward only). With --eager, eager linear calls
+Dynamo's guards) without and with an input that requires grad (forward only), and of a chain of eight products (the
+guards are checked once a call of the graph: the chain's cost over the single product's is that of seven more
+products in a graph). With --eager, eager linear calls
 instead (recorded by autograd, and under no_grad), every launch stubbed after a first real call that remembers
 their signature (on the CPU that call runs in the Triton interpreter): the eager path's layers alone, against
 F.linear (which on the CPU computes its fp16 product slowly: there compare smgemm's column between trees). Batches
@@ -13,6 +15,8 @@ of 200 calls interleaved over the rounds, medians and the median per-round ratio
 """
 
 import argparse
+import functools
+import itertools
 import os
 
 import torch
@@ -48,20 +52,25 @@ def main():
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--eager", action="store_true", help="eager linear calls, launches stubbed (see above)")
     args = p.parse_args()
-    a, b, out = torch.randn(16, 64), torch.randn(64, 64), torch.empty(16, 64)
+    a, b = torch.randn(16, 64), torch.randn(64, 64)
+    outs = itertools.cycle([torch.empty(16, 64), torch.empty(16, 64)])  # a product's output is never its input
     a_grad = a.clone().requires_grad_()
-    _library.gemm = lambda *args, **kwargs: out  # the stub: every layer above the kernel's entry point runs
+    _library.gemm = lambda *args, **kwargs: next(outs)  # the stub: every layer above the kernel's entry point runs
     gemm = torch.ops.smgemm.gemm.default
     args_of = (None, 1.0, 1.0, None, None, None, "auto", None)
     nograd = getattr(torch.ops.smgemm, "gemm_nograd", None)
     compiled = torch.compile(lambda x, y: smgemm.matmul(x, y), fullgraph=True)
     compiled_torch = torch.compile(lambda x, y: torch.mm(x, y), fullgraph=True)
+    chain = torch.compile(lambda x, y: functools.reduce(lambda p, _: smgemm.matmul(p, y), range(8), x), fullgraph=True)
+    chain_torch = torch.compile(lambda x, y: functools.reduce(lambda p, _: torch.mm(p, y), range(8), x),
+                                fullgraph=True)
     mm = torch.ops.aten.mm.default
     # (smgemm's call, torch's peer, grad mode)
     pairs = {"op smgemm::gemm, no_grad": (lambda: gemm(a, b, *args_of), lambda: mm(a, b), False),
              "compiled matmul, no_grad": (lambda: compiled(a, b), lambda: compiled_torch(a, b), False),
              "compiled matmul, input requires grad": (lambda: compiled(a_grad, b), lambda: compiled_torch(a_grad, b),
-                                                      True)}
+                                                      True),
+             "compiled chain of 8 matmuls, no_grad": (lambda: chain(a, b), lambda: chain_torch(a, b), False)}
     if nograd is not None:
         pairs["op smgemm::gemm_nograd, no_grad"] = (lambda: nograd.default(a, b, *args_of), lambda: mm(a, b), False)
     if args.eager:
