@@ -8,6 +8,7 @@ import torch
 
 import smgemm
 import smgemm._gemm
+import smgemm._launch
 from reference import assert_gemm_close, randn
 from smgemm._device import device_spec
 from smgemm._gemm import gemm_mxfp4
@@ -102,6 +103,26 @@ def test_ring_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert_gemm_close(captured, x, w.dequantize(torch.float32).t())
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_other_output_dtypes_take_the_tl_kernels_before_and_after_the_ring(out_dtype):
+    # the ring stores bf16: another out_dtype is the tl plans' (its launch is never reused for them), either order
+    n, k = 4096, 4096
+    w = _hopper_weight(n, k)
+    x = randn((1, k), torch.bfloat16, "cuda")
+    ref_w = w.dequantize(torch.float32).t()
+    for first in (out_dtype, torch.bfloat16):
+        smgemm._gemm._SEEN_CALLS.clear()
+        smgemm._launch.LAUNCHERS.clear()
+        for dtype in (first, torch.bfloat16 if first != torch.bfloat16 else out_dtype):
+            out = torch.full((1, n), float("nan"), dtype=dtype, device="cuda")
+            y = gemm_mxfp4(x, w, out=out)
+            assert y.dtype == dtype
+            assert_gemm_close(y, x, ref_w)
+            z = gemm_mxfp4(x, w, out_dtype=dtype)
+            assert z.dtype == dtype and torch.equal(z, y)
+        assert [ring.split for ring in _rings()] == [2]  # the bf16 call only
 
 
 def test_route_left_to_the_tl_kernels_under_a_budget_with_a_bias_or_fp16():

@@ -886,6 +886,18 @@ def test_mx_ring_only_for_one_bf16_row_on_a_hopper_weight_on_the_whole_hopper_de
     assert mx_ring_split(**args) == 0
 
 
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32, torch.float16], ids=str)
+def test_mx_ring_route_asks_for_a_bf16_output(out_dtype, monkeypatch):
+    # `_gemm._ring_split` as on a Hopper GPU under Triton 3.6: the kernel stores bf16, so only a bf16 out takes it
+    monkeypatch.setattr(smgemm._gemm, "ring_available", lambda device: True)
+    monkeypatch.setattr(smgemm._gemm, "device_spec", lambda device: H200)
+    x = torch.randn(1, 4096).to(torch.bfloat16)
+    w = smgemm.quantize_mxfp4(torch.randn(4096, 4096), layout="hopper")
+    out = torch.empty(1, 4096, dtype=out_dtype)
+    split = smgemm._gemm._ring_split(x, w, None, out, 1.0, "auto", None, None, None)
+    assert split == (2 if out_dtype == torch.bfloat16 else 0)
+
+
 def test_mx_ring_left_out_under_overrides():
     args = (1, 4096, 4096, H200, None, "hopper", torch.bfloat16, False)
     assert mx_ring_split(*args) == 2

@@ -321,14 +321,15 @@ def _ring_split(a, w: MXFP4Tensor, c, out: torch.Tensor, alpha, schedule: str, n
                 smid_out) -> int:
     """`plan.mx_ring_split` for a checked call and its output, 0 unless the ring kernel can read and write
     its operands as they are: TMA reads x's row, the weight's words and its scales (16-byte aligned bases and row
-    strides, unit last strides), and the kernel stores the row of out contiguously from a 16-byte aligned start (its
-    compiled launch assumes it: a given `out` is not part of the remembered key)."""
+    strides, unit last strides), and the kernel stores the row of out, in bf16, contiguously from a 16-byte aligned
+    start (its compiled launch assumes both: a given `out` is not part of the remembered key, and an `out_dtype`
+    other than bf16 takes the `tl` plans)."""
     if (config is not None or schedule != "auto" or smid_out is not None or c is not None or alpha == 0
             or isinstance(a, MXFP4Tensor) or not ring_available(a.device)):
         return 0
     data, scales = w.data, w.scales
-    if not (a.stride(1) == 1 and a.data_ptr() % 16 == 0 and out.stride(1) == 1 and out.data_ptr() % 16 == 0
-            and data.stride(1) == 1 and scales.stride(1) == 1 and data.stride(0) % 16 == 0
+    if not (a.stride(1) == 1 and a.data_ptr() % 16 == 0 and out.dtype == torch.bfloat16 and out.stride(1) == 1
+            and out.data_ptr() % 16 == 0 and data.stride(1) == 1 and scales.stride(1) == 1 and data.stride(0) % 16 == 0
             and scales.stride(0) % 16 == 0 and data.data_ptr() % 16 == 0 and scales.data_ptr() % 16 == 0):
         return 0
     m, k = a.shape

@@ -62,7 +62,8 @@ class RingLaunch:
             flags = ws[self.grid * 512:].view(torch.int64) if self.split > 1 else ws.view(torch.int64)
             words = w.data.view(torch.int32)
             self.boxes = mx_ring.boxes(self.k, words, w.scales)
-            self.key = ("mx_ring", device.index, self.n, self.k, self.split, x.data_ptr() % 16 == 0)
+            self.key = ("mx_ring", device.index, self.n, self.k, self.split, x.dtype, out.dtype,
+                        x.data_ptr() % 16 == 0)
             args = (*mx_ring.descriptors(x, words, w.scales), out, ws, flags, epoch(), self.k, floats[0])
             meta = dict(zip(("SPLIT", "STAGES", "num_warps"), self.tail))
             self.launcher = run_cached(mx_ring.mx_ring_kernel, self.grid, args, meta, device.index, self.key)
