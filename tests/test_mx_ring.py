@@ -120,6 +120,8 @@ def test_other_output_dtypes_take_the_tl_kernels_before_and_after_the_ring(out_d
             y = gemm_mxfp4(x, w, out=out)
             assert y.dtype == dtype
             assert_gemm_close(y, x, ref_w)
+            if dtype != torch.bfloat16:  # not rounded to bf16 on the way (the ring's store would have)
+                assert (y.float() != y.float().bfloat16().float()).any()
             z = gemm_mxfp4(x, w, out_dtype=dtype)
             assert z.dtype == dtype and torch.equal(z, y)
         assert [ring.split for ring in _rings()] == [2]  # the bf16 call only
