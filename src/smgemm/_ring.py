@@ -23,7 +23,6 @@ def available(device: torch.device) -> bool:
     return _GLUON_API and device.type == "cuda"
 
 
-
 class RingLaunch:
     """The launch of `kernels.mx_ring.mx_ring_kernel` for alpha * x [1, K] @ w.T -> out [1, N], each tile's K split
     `split` ways. Called as a remembered call's repeat is (`_gemm._repeat_call`): (x, w, out, c, scale_a, scale_b,
