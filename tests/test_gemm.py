@@ -34,6 +34,19 @@ def test_schedules_and_budgets_cover_every_tile(schedule, num_sms, device):
     assert_gemm_close(out, a, b)
 
 
+@pytest.mark.parametrize("group_m", [1, 3, 7, 16])
+@pytest.mark.parametrize("schedule", ["persistent", "streamk"])
+def test_tile_groups_of_any_depth_cover_every_tile(group_m, schedule, device):
+    # 7 x 5 tiles walked in groups of 1, 3 (a last group of one row), 7 (all rows) and 16 (more than there are): a
+    # tuning file may set any group_m
+    a = randn((100, 70), torch.float16, device)
+    b = randn((70, 130), torch.float16, device, transposed=True)
+    out = torch.full((100, 130), float("nan"), dtype=torch.float16, device=device)
+    config = TileConfig(16, 32, 16, group_m=group_m, num_warps=4, num_stages=2)
+    gemm(a, b, out=out, schedule=schedule, num_sms=3, config=config)
+    assert_gemm_close(out, a, b)
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp32", "fp8"])
 def test_small_tiles_all_dtypes(dtype, device):
     a, b = Case(40, 50, 70, dtype, "tn").operands(device)
