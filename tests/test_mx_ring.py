@@ -117,7 +117,7 @@ def test_other_output_dtypes_take_the_tl_kernels_before_and_after_the_ring(out_d
         smgemm._launch.LAUNCHERS.clear()
         for dtype in (first, torch.bfloat16 if first != torch.bfloat16 else out_dtype):
             out = torch.full((1, n), float("nan"), dtype=dtype, device="cuda")
-            y = gemm_mxfp4(x, w, out=out)
+            y = gemm_mxfp4(x, w, out=out, out_dtype=dtype)
             assert y.dtype == dtype
             assert_gemm_close(y, x, ref_w)
             if dtype != torch.bfloat16:  # not rounded to bf16 on the way (the ring's store would have)
